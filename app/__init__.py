@@ -1,0 +1,1 @@
+"""Duplex's server: protocol, sessions, WebSocket/HTTP edge and CLI."""

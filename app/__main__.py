@@ -1,0 +1,63 @@
+"""``duplex``: the command line."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+from app.config import DEFAULT_HOST, DEFAULT_PORT, ServerConfig
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="duplex", description="On-device voice-duplex server (OpenAI Realtime protocol).")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the server on the built-in offline voice")
+    serve.add_argument("--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST})")
+    serve.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
+    serve.add_argument("--voice", default="alloy", help="default voice (an OpenAI voice name or an eSpeak NG voice)")
+    serve.add_argument("--max-sessions", type=int, default=200)
+    serve.add_argument("--max-message-bytes", type=int, default=2 * 1024 * 1024)
+    serve.add_argument("--log-level", default="INFO")
+    return parser
+
+
+async def serve(config: ServerConfig) -> None:
+    """Run until SIGINT/SIGTERM, then close every session with a close frame."""
+    from app.server import DuplexServer
+    from pipeline.talkers.espeak import EspeakTalker
+    from pipeline.vocoders.pcm import PcmVocoder
+
+    talker = EspeakTalker()
+    talker.check_voice(config.voice)
+    server = DuplexServer(talker, PcmVocoder(), config)
+    await server.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    server.close()
+    await server.wait_closed()
+    await talker.aclose()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("websockets").setLevel(logging.WARNING)  # one line per HTTP request is noise
+    if args.command == "serve":
+        config = ServerConfig(host=args.host, port=args.port, voice=args.voice,
+                              max_sessions=args.max_sessions, max_message_bytes=args.max_message_bytes)
+        try:
+            asyncio.run(serve(config))
+        except OSError as exc:
+            print(f"duplex: cannot serve on {args.host}:{args.port}: {exc}", file=sys.stderr)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

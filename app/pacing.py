@@ -1,0 +1,147 @@
+"""Session time and where the client's playback is: the basis of paced output.
+
+Sans-I/O: every method takes the wall time it should consider, so tests drive
+time exactly and a replay faster than real time behaves like one in real time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class SessionClock:
+    """Session time in seconds: the input sample clock while the client streams
+    microphone audio, the wall clock while it does not.
+
+    While input keeps arriving (no gap longer than ``idle_s``), time is the
+    amount of input received, so it advances exactly as fast as the client's
+    capture does, however fast the client sends it. When input stops, time
+    carries on from there at wall speed; when it resumes, time never steps back.
+    """
+
+    def __init__(self, start_wall: float, *, idle_s: float = 0.3) -> None:
+        self.idle_s = idle_s
+        self._input_s = 0.0
+        self._offset = 0.0
+        self._ref_wall = start_wall
+        self._streaming_ever = False
+
+    @property
+    def input_seconds(self) -> float:
+        """Seconds of input audio received."""
+        return self._input_s
+
+    def streaming(self, wall: float) -> bool:
+        """Whether the client is streaming input now."""
+        return self._streaming_ever and wall - self._ref_wall <= self.idle_s
+
+    def on_input(self, seconds: float, wall: float) -> None:
+        """``seconds`` of input audio arrived at ``wall``."""
+        was_streaming = self.streaming(wall)
+        extrapolated = self.now(wall)
+        self._input_s += seconds
+        if not was_streaming:
+            # Resuming after a gap: keep time monotonic without counting the gap twice.
+            self._offset = max(self._offset, extrapolated - self._input_s)
+        self._ref_wall = wall
+        self._streaming_ever = True
+
+    def now(self, wall: float) -> float:
+        """Session time at ``wall``."""
+        t = self._input_s + self._offset
+        if self.streaming(wall):
+            return t
+        return t + max(0.0, wall - self._ref_wall)
+
+    def wall_for(self, target: float, wall: float) -> float | None:
+        """Wall seconds until session time reaches ``target`` if no input arrives, or
+        None while streaming (then only more input moves time)."""
+        if self.streaming(wall):
+            return None
+        return max(0.0, target - self.now(wall))
+
+
+@dataclass(slots=True)
+class _Ack:
+    played: int
+    at: float
+
+
+class Playout:
+    """Where the client's playback of one reply is, in output samples.
+
+    Without acknowledgements the client is modelled as a playout buffer that
+    starts playing each chunk when it arrives (or when the previous one ends)
+    and drains at real time. An acknowledgement (played samples at a session
+    time) replaces the model: playback advances in real time from it, never past
+    what was sent. While paused, playback stands still.
+    """
+
+    def __init__(self, rate: int, lead_s: float) -> None:
+        self.rate = rate
+        self.lead = int(round(lead_s * rate))
+        self.sent = 0
+        self._play_end: float | None = None
+        self._ack: _Ack | None = None
+        self._paused_at: float | None = None
+        self._paused_played = 0
+
+    def on_sent(self, samples: int, t: float) -> None:
+        """``samples`` were released to the client at session time ``t``."""
+        start = t if self._play_end is None else max(t, self._play_end)
+        self._play_end = start + samples / self.rate
+        self.sent += samples
+
+    def on_ack(self, played: int, t: float) -> None:
+        """The client had played ``played`` samples at session time ``t``."""
+        played = max(0, min(played, self.sent))
+        if self._ack is None or played >= self._ack.played:
+            self._ack = _Ack(played, t)
+
+    def played(self, t: float) -> int:
+        """Samples of this reply the client has played by session time ``t``."""
+        if self._paused_at is not None:
+            return self._paused_played
+        if self._ack is not None:
+            p = self._ack.played + round((t - self._ack.at) * self.rate)
+            return max(self._ack.played, min(p, self.sent))
+        if self._play_end is None:
+            return 0
+        buffered = max(0.0, self._play_end - t) * self.rate
+        return max(0, min(self.sent, round(self.sent - buffered)))
+
+    def pause(self, t: float) -> None:
+        """Freeze playback where it is (the client stopped output)."""
+        if self._paused_at is None:
+            self._paused_played = self.played(t)
+            self._paused_at = t
+
+    def resume(self, t: float) -> None:
+        """Playback continues from where it was paused."""
+        if self._paused_at is None:
+            return
+        held = self._paused_played
+        self._paused_at = None
+        # What was buffered at the client resumes playing from now.
+        self._ack = _Ack(held, t)
+        self._play_end = t + (self.sent - held) / self.rate
+
+    @property
+    def paused(self) -> bool:
+        return self._paused_at is not None
+
+    def may_send(self, samples: int, t: float) -> bool:
+        """Whether ``samples`` more may go out now without exceeding the lead."""
+        if self.paused:
+            return False
+        played = self.played(t)
+        return self.sent <= played or self.sent + samples <= played + self.lead
+
+    def seconds_until(self, samples: int, t: float) -> float:
+        """Session seconds until ``samples`` more may go out (0 if now, inf if paused)."""
+        if self.paused:
+            return float("inf")
+        if self.may_send(samples, t):
+            return 0.0
+        need = self.sent + samples - self.lead  # playback must reach this
+        return max(0.0, (need - self.played(t)) / self.rate)

@@ -1,0 +1,196 @@
+"""Sans-I/O codec for the OpenAI Realtime event protocol.
+
+Text frames in, validated :class:`ClientEvent` out (or a :class:`ProtocolError`
+naming the problem); server events are plain dicts encoded here, renamed for the
+beta dialect when the client asked for it. No sockets, no awaits.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+GA = "ga"
+BETA = "beta"
+
+# The beta protocol's names for events whose GA name changed.
+_BETA_NAMES = {
+    "response.output_audio.delta": "response.audio.delta",
+    "response.output_audio.done": "response.audio.done",
+    "response.output_audio_transcript.delta": "response.audio_transcript.delta",
+    "response.output_audio_transcript.done": "response.audio_transcript.done",
+    "response.output_text.delta": "response.text.delta",
+    "response.output_text.done": "response.text.done",
+    "conversation.item.added": "conversation.item.created",
+}
+# GA events the beta protocol does not have; beta clients do not get them.
+_GA_ONLY = {"conversation.item.done"}
+_BETA_PART_TYPES = {"output_audio": "audio", "output_text": "text"}
+
+_NONE = type(None)
+# Client events we accept, with their top-level fields: name -> (types, required).
+_SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
+    "session.update": {"session": ((dict,), True)},
+    "input_audio_buffer.append": {"audio": ((str,), True)},
+    "input_audio_buffer.commit": {},
+    "input_audio_buffer.clear": {},
+    "conversation.item.create": {"item": ((dict,), True), "previous_item_id": ((str, _NONE), False)},
+    "conversation.item.retrieve": {"item_id": ((str,), True)},
+    "conversation.item.delete": {"item_id": ((str,), True)},
+    "conversation.item.truncate": {
+        "item_id": ((str,), True),
+        "content_index": ((int,), True),
+        "audio_end_ms": ((int,), True),
+    },
+    "response.create": {"response": ((dict, _NONE), False)},
+    "response.cancel": {"response_id": ((str, _NONE), False)},
+    # Extension (vLLM-Omni's vocabulary): how much of a reply the client has played.
+    "playback.ack": {
+        "response_id": ((str,), True),
+        "played_samples": ((int,), True),
+        "input_samples": ((int,), True),
+        "epoch": ((int, _NONE), False),
+    },
+}
+
+CLIENT_EVENT_TYPES = frozenset(_SCHEMAS)
+
+
+@dataclass(frozen=True, slots=True)
+class ClientEvent:
+    """A client event whose type is known and whose top-level fields have the right types."""
+
+    type: str
+    data: dict[str, Any]
+
+    @property
+    def event_id(self) -> str | None:
+        value = self.data.get("event_id")
+        return value if isinstance(value, str) else None
+
+
+class ProtocolError(Exception):
+    """A bad client event; becomes an ``error`` event, never a closed socket."""
+
+    def __init__(
+        self, code: str, message: str, *, param: str | None = None, event_id: str | None = None,
+        error_type: str = "invalid_request_error",
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.param = param
+        self.event_id = event_id
+        self.error_type = error_type
+
+    def with_event_id(self, event_id: str | None) -> ProtocolError:
+        if self.event_id is None:
+            self.event_id = event_id
+        return self
+
+    def to_error(self) -> dict[str, Any]:
+        """The ``error`` object of the Realtime ``error`` event."""
+        return {
+            "type": self.error_type,
+            "code": self.code,
+            "message": self.message,
+            "param": self.param,
+            "event_id": self.event_id,
+        }
+
+
+def _type_name(types: tuple[type, ...]) -> str:
+    names = {dict: "object", str: "string", int: "integer", float: "number", bool: "boolean", list: "array", _NONE: "null"}
+    return " or ".join(names.get(t, t.__name__) for t in types)
+
+
+def check_type(value: Any, types: tuple[type, ...], param: str) -> None:
+    """Raise ProtocolError unless ``value`` is one of ``types`` (a bool is not an int)."""
+    ok = isinstance(value, types) and not (isinstance(value, bool) and bool not in types)
+    if not ok and float in types and isinstance(value, int) and not isinstance(value, bool):
+        ok = True
+    if not ok:
+        raise ProtocolError(
+            "invalid_type", f"{param} must be {_type_name(types)}, got {type(value).__name__}", param=param
+        )
+
+
+def decode(message: str | bytes, *, max_bytes: int) -> ClientEvent:
+    """Parse and validate one text frame from the client."""
+    size = len(message.encode("utf-8") if isinstance(message, str) else message)
+    if size > max_bytes:
+        raise ProtocolError(
+            "message_too_large", f"message of {size} bytes exceeds the limit of {max_bytes} bytes"
+        )
+    try:
+        data = json.loads(message)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ProtocolError("invalid_json", f"message is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ProtocolError("invalid_event", f"an event must be a JSON object, got {type(data).__name__}")
+    event_id = data.get("event_id")
+    if event_id is not None and not isinstance(event_id, str):
+        raise ProtocolError("invalid_type", "event_id must be a string", param="event_id")
+    etype = data.get("type")
+    if not isinstance(etype, str):
+        raise ProtocolError("missing_type", "an event needs a string 'type'", param="type", event_id=event_id)
+    schema = _SCHEMAS.get(etype)
+    if schema is None:
+        raise ProtocolError("unknown_event", f"unknown event type {etype!r}", param="type", event_id=event_id)
+    try:
+        for field, (types, required) in schema.items():
+            if field not in data:
+                if required:
+                    raise ProtocolError("missing_field", f"{etype} needs '{field}'", param=field)
+                continue
+            check_type(data[field], types, field)
+    except ProtocolError as exc:
+        raise exc.with_event_id(event_id) from None
+    return ClientEvent(etype, data)
+
+
+def encode(event: dict[str, Any], dialect: str = GA) -> str | None:
+    """JSON text of a server event in ``dialect``; None if the dialect has no such event."""
+    if dialect == BETA:
+        if event["type"] in _GA_ONLY:
+            return None
+        event = _to_beta(event)
+    return json.dumps(event, separators=(",", ":"))
+
+
+def _to_beta(event: dict[str, Any]) -> dict[str, Any]:
+    event = dict(event)
+    event["type"] = _BETA_NAMES.get(event["type"], event["type"])
+    for key in ("part", "item", "response"):
+        if isinstance(event.get(key), dict):
+            event[key] = _beta_parts(event[key])
+    return event
+
+
+def _beta_parts(obj: dict[str, Any]) -> dict[str, Any]:
+    """Rename GA content-part types (``output_audio``) to beta ones (``audio``), recursively."""
+    out = dict(obj)
+    if isinstance(out.get("type"), str):
+        out["type"] = _BETA_PART_TYPES.get(out["type"], out["type"])
+    for key in ("content", "output"):
+        if isinstance(out.get(key), list):
+            out[key] = [_beta_parts(x) if isinstance(x, dict) else x for x in out[key]]
+    return out
+
+
+class EventIds:
+    """Server event ids, unique within a session."""
+
+    def __init__(self, prefix: str) -> None:
+        self._prefix = prefix
+        self._n = 0
+
+    def next(self) -> str:
+        self._n += 1
+        return f"evt_{self._prefix}{self._n:06d}"
+
+
+def error_event(event_id: str, err: ProtocolError) -> dict[str, Any]:
+    """The ``error`` server event for ``err``."""
+    return {"type": "error", "event_id": event_id, "error": err.to_error()}

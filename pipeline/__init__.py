@@ -1,0 +1,1 @@
+"""Duplex's engine: contracts, stages and backends, with no networking."""

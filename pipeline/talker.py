@@ -1,0 +1,66 @@
+"""The talker interface: text in, a stream of audio buffers (PCM or codec frames) out."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Protocol
+
+from pipeline.frames import AudioBuffer
+
+
+@dataclass(frozen=True, slots=True)
+class WordMark:
+    """Where a word of the reply text starts in the reply's audio."""
+
+    start: int
+    """Character offset of the word in the request text."""
+    end: int
+    position: int
+    """Offset from the start of the reply, in the talker's own units (samples of
+    its PCM, or codec frames), so a later stage can map it onto output samples."""
+
+
+@dataclass(frozen=True, slots=True)
+class TalkerChunk:
+    """One piece of a talker's output and the words that begin inside it."""
+
+    audio: AudioBuffer
+    words: tuple[WordMark, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SpeechRequest:
+    """What to say and how."""
+
+    request_id: str
+    text: str
+    voice: str | None = None
+    speed: float = 1.0
+
+
+class TalkerError(RuntimeError):
+    """A talker failed mid-reply; the reply fails, the session lives on."""
+
+
+class Talker(Protocol):
+    """Turns text into a stream of audio buffers.
+
+    ``speak`` is an async generator. Closing or cancelling it must abort the
+    backend's work at once (the next chunk boundary at the latest) and must never
+    block the event loop.
+    """
+
+    name: str
+
+    def speak(self, request: SpeechRequest) -> AsyncIterator[TalkerChunk]: ...
+
+    def voices(self) -> list[str]:
+        """Voice names this talker accepts."""
+        ...
+
+    def check_voice(self, voice: str) -> None:
+        """Raise ValueError naming the problem if ``voice`` is not usable."""
+        ...
+
+    async def aclose(self) -> None: ...

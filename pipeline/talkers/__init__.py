@@ -1,0 +1,1 @@
+"""Talker backends."""

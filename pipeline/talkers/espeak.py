@@ -1,0 +1,347 @@
+"""The built-in voice: eSpeak NG through ``espeakng-loader`` and ctypes.
+
+The library is process-global C state, so one worker thread owns it and a
+module lock serialises every call into it. Synthesis runs ~1000x faster than
+real time, so the thread is never the bottleneck; what must not happen is a
+slow listener holding the library. Text is therefore synthesised a clause at a
+time: a clause is handed over as it is made (it streams), the next clause is
+only started when the consumer asks for more (backpressure), and cancelling sets
+a flag the synthesis callback checks, which stops eSpeak mid-utterance.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import itertools
+import queue
+import re
+import threading
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import espeakng_loader
+import numpy as np
+
+from pipeline.frames import AudioBuffer
+from pipeline.talker import SpeechRequest, TalkerChunk, TalkerError, WordMark
+
+# The C library keeps one synthesiser per process whatever Python does.
+_LIBRARY_LOCK = threading.Lock()
+
+_AUDIO_OUTPUT_SYNCHRONOUS = 2
+_INITIALIZE_DONT_EXIT = 0x8000
+_POS_CHARACTER = 1
+_CHARS_UTF8 = 1
+_ENDPAUSE = 0x1000
+_EVENT_LIST_TERMINATED = 0
+_EVENT_WORD = 1
+_PARAM_RATE = 1
+
+DEFAULT_VOICE = "en-us+klatt2"
+DEFAULT_WPM = 160
+MAX_CLAUSE_CHARS = 160
+
+# OpenAI's voice names map onto eSpeak voices so unmodified Realtime clients work.
+VOICE_ALIASES = {
+    "alloy": "en-us+klatt2",
+    "ash": "en-us+m3",
+    "ballad": "en-us+m5",
+    "coral": "en-us+f2",
+    "echo": "en-us+m1",
+    "sage": "en-us+f4",
+    "shimmer": "en-us+f3",
+    "verse": "en-us+m7",
+    "marin": "en-us+f5",
+    "cedar": "en-us+m2",
+}
+
+
+class _Event(ctypes.Structure):
+    _fields_ = [
+        ("type", ctypes.c_int),
+        ("unique_identifier", ctypes.c_uint),
+        ("text_position", ctypes.c_int),
+        ("length", ctypes.c_int),
+        ("audio_position", ctypes.c_int),
+        ("sample", ctypes.c_int),
+        ("user_data", ctypes.c_void_p),
+        ("id", ctypes.c_char * 8),
+    ]
+
+
+class _Voice(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("languages", ctypes.c_char_p),
+        ("identifier", ctypes.c_char_p),
+        ("gender", ctypes.c_ubyte),
+        ("age", ctypes.c_ubyte),
+        ("variant", ctypes.c_ubyte),
+        ("xx1", ctypes.c_ubyte),
+        ("score", ctypes.c_int),
+        ("spare", ctypes.c_void_p),
+    ]
+
+
+_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_short), ctypes.c_int, ctypes.POINTER(_Event))
+_END = object()
+
+
+@dataclass(eq=False)
+class _Job:
+    """One clause to synthesise, and the way its output gets back to the loop."""
+
+    text: str
+    voice: str
+    wpm: int
+    loop: asyncio.AbstractEventLoop
+    out: asyncio.Queue[object] = field(default_factory=asyncio.Queue)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    first: bool = True
+    """The first clause of a reply: someone is waiting to hear it."""
+    samples: int = 0
+    aborted: bool = False
+
+    def deliver(self, item: object) -> None:
+        """Hand an item to the event loop without blocking this thread."""
+        try:
+            self.loop.call_soon_threadsafe(self.out.put_nowait, item)
+        except RuntimeError:  # the loop is gone: nobody is listening any more
+            self.cancelled.set()
+
+
+def split_for_speech(text: str, max_chars: int = MAX_CLAUSE_CHARS) -> list[tuple[int, str]]:
+    """Split ``text`` into (offset, clause) pieces that are cheap to synthesise.
+
+    Sentences first; a sentence longer than ``max_chars`` at commas, then at
+    spaces. Offsets point into ``text`` so word positions stay exact.
+    """
+    pieces: list[tuple[int, str]] = []
+    for m in re.finditer(r"[^.!?;]+(?:[.!?;]+|$)", text):
+        _split_long(m.start(), m.group(), max_chars, pieces)
+    return [(o, p) for o, p in pieces if p.strip()]
+
+
+def _split_long(offset: int, piece: str, max_chars: int, out: list[tuple[int, str]]) -> None:
+    if len(piece) <= max_chars:
+        out.append((offset, piece))
+        return
+    cut = piece.rfind(",", 0, max_chars)
+    if cut <= 0:
+        cut = piece.rfind(" ", 0, max_chars)
+    if cut <= 0:
+        cut = max_chars - 1
+    out.append((offset, piece[: cut + 1]))
+    _split_long(offset + cut + 1, piece[cut + 1 :], max_chars, out)
+
+
+class EspeakRuntime:
+    """Owns the eSpeak NG library on one worker thread; shared by every session."""
+
+    def __init__(self) -> None:
+        self._lib = ctypes.CDLL(espeakng_loader.get_library_path())
+        self._lib.espeak_Synth.argtypes = [
+            ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint, ctypes.c_int, ctypes.c_uint,
+            ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p,
+        ]
+        self._lib.espeak_ListVoices.restype = ctypes.POINTER(ctypes.POINTER(_Voice))
+        # A reply's first clause jumps the queue: it is what the listener waits
+        # for, while later clauses are wanted only when buffered audio runs low.
+        self._jobs: queue.PriorityQueue[tuple[int, int, _Job | None]] = queue.PriorityQueue()
+        self._order = itertools.count()
+        self._current: _Job | None = None
+        self._voice: str | None = None
+        self._callback = _CALLBACK(self._on_audio)  # kept referenced: C holds the pointer
+        self._ready = threading.Event()
+        self._idle = threading.Condition()
+        self._outstanding = 0
+        self.jobs_started = 0
+        self.jobs_completed = 0
+        self.jobs_aborted = 0
+        """Clauses stopped mid-synthesis because their reply was cancelled."""
+        self.jobs_skipped = 0
+        """Clauses cancelled before synthesis began."""
+        self._error: BaseException | None = None
+        self.sample_rate = 0
+        self._thread = threading.Thread(target=self._run, name="espeak", daemon=True)
+        self._thread.start()
+        self._ready.wait()
+        if self._error is not None:
+            raise TalkerError(f"eSpeak NG failed to start: {self._error}")
+        self._voice_names = self._list_voices()
+        self._variants = self._list_variants()
+
+    def _init_library(self) -> None:
+        rate = self._lib.espeak_Initialize(
+            _AUDIO_OUTPUT_SYNCHRONOUS, 0, espeakng_loader.get_data_path().encode(), _INITIALIZE_DONT_EXIT
+        )
+        if rate <= 0:
+            raise TalkerError(f"espeak_Initialize returned {rate}")
+        self.sample_rate = int(rate)
+
+    def _list_voices(self) -> list[str]:
+        with _LIBRARY_LOCK:
+            voices = self._lib.espeak_ListVoices(None)
+        names: set[str] = set()
+        i = 0
+        while voices[i]:
+            ident = voices[i].contents.identifier
+            if ident:
+                names.add(ident.decode().rsplit("/", 1)[-1].lower())
+            i += 1
+        return sorted(names)
+
+    @staticmethod
+    def _list_variants() -> list[str]:
+        folder = Path(espeakng_loader.get_data_path()) / "voices" / "!v"
+        return sorted(p.name.lower() for p in folder.iterdir()) if folder.is_dir() else []
+
+    def _run(self) -> None:
+        try:
+            with _LIBRARY_LOCK:
+                self._init_library()
+        except BaseException as exc:  # reported to the constructor
+            self._error = exc
+        self._ready.set()
+        if self._error is not None:
+            return
+        while (job := self._jobs.get()[2]) is not None:
+            try:
+                if job.cancelled.is_set():
+                    self.jobs_skipped += 1
+                    continue
+                self.jobs_started += 1
+                self._synthesise(job)
+            except Exception as exc:  # a failed clause fails its reply, not the thread
+                job.deliver(TalkerError(str(exc)))
+            else:
+                if job.aborted:
+                    self.jobs_aborted += 1
+                else:
+                    self.jobs_completed += 1
+                    job.deliver(_END)
+            finally:
+                with self._idle:
+                    self._outstanding -= 1
+                    self._idle.notify_all()
+
+    def _synthesise(self, job: _Job) -> None:
+        data = job.text.encode("utf-8") + b"\0"
+        with _LIBRARY_LOCK:
+            self._lib.espeak_SetSynthCallback(self._callback)
+            if job.voice != self._voice:
+                if self._lib.espeak_SetVoiceByName(job.voice.encode()) != 0:
+                    raise TalkerError(f"eSpeak NG has no voice {job.voice!r}")
+                self._voice = job.voice
+            self._lib.espeak_SetParameter(_PARAM_RATE, job.wpm, 0)
+            self._current = job
+            try:
+                rc = self._lib.espeak_Synth(data, len(data), 0, _POS_CHARACTER, 0, _CHARS_UTF8 | _ENDPAUSE, None, None)
+            finally:
+                self._current = None
+        # 0 is success; 1 (internal error) also comes back after an abort.
+        if rc not in (0, 1) or (rc == 1 and not job.aborted):
+            raise TalkerError(f"espeak_Synth returned {rc}")
+
+    def _on_audio(self, wav: ctypes._Pointer, count: int, events: ctypes._Pointer) -> int:
+        job = self._current
+        if job is None:
+            return 1
+        if job.cancelled.is_set():
+            job.aborted = True
+            return 1  # stops eSpeak mid-utterance
+        words: list[tuple[int, int, int]] = []
+        i = 0
+        while events[i].type != _EVENT_LIST_TERMINATED:
+            ev = events[i]
+            if ev.type == _EVENT_WORD:
+                words.append((ev.text_position - 1, ev.length, ev.sample))
+            i += 1
+        samples = np.ctypeslib.as_array(wav, (count,)).copy() if count > 0 and wav else np.zeros(0, np.int16)
+        if samples.size or words:
+            job.deliver((samples, words))
+            job.samples += samples.size
+        return 0
+
+    def submit(self, job: _Job) -> None:
+        """Queue a clause for the worker thread."""
+        if not self._thread.is_alive():
+            raise TalkerError("eSpeak NG worker has stopped")
+        with self._idle:
+            self._outstanding += 1
+        self._jobs.put((0 if job.first else 1, next(self._order), job))
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Block until every submitted clause has been synthesised, aborted or skipped."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._outstanding == 0, timeout)
+
+    def voices(self) -> list[str]:
+        """Every voice (language) eSpeak NG knows; add a variant with ``+name``."""
+        return list(self._voice_names)
+
+    def variants(self) -> list[str]:
+        """Voice variants (``en-us+klatt2``'s ``klatt2``)."""
+        return list(self._variants)
+
+    def close(self) -> None:
+        """Stop the worker thread after its current clause."""
+        if self._current is not None:
+            self._current.cancelled.set()
+        self._jobs.put((2, next(self._order), None))
+        self._thread.join(timeout=5)
+
+
+class EspeakTalker:
+    """The built-in streaming, abortable talker (22050 Hz PCM16)."""
+
+    name = "espeak"
+
+    def __init__(self, runtime: EspeakRuntime | None = None, *, default_voice: str = DEFAULT_VOICE, wpm: int = DEFAULT_WPM) -> None:
+        self._own_runtime = runtime is None
+        self.runtime = runtime or EspeakRuntime()
+        self.sample_rate = self.runtime.sample_rate
+        self.default_voice = default_voice
+        self.wpm = wpm
+        self.check_voice(default_voice)
+
+    def resolve_voice(self, voice: str | None) -> str:
+        """An OpenAI voice name or an eSpeak voice (optionally ``+variant``) to an eSpeak voice."""
+        if not voice:
+            return self.default_voice
+        return VOICE_ALIASES.get(voice, voice)
+
+    def check_voice(self, voice: str) -> None:
+        """Raise ValueError if eSpeak NG cannot speak with ``voice``."""
+        base, _, variant = self.resolve_voice(voice).lower().partition("+")
+        if base not in self.runtime.voices() or (variant and variant not in self.runtime.variants()):
+            raise ValueError(f"unknown voice {voice!r}")
+
+    def voices(self) -> list[str]:
+        return sorted(VOICE_ALIASES) + self.runtime.voices()
+
+    async def speak(self, request: SpeechRequest) -> AsyncIterator[TalkerChunk]:
+        """Stream the request's audio clause by clause, with word positions."""
+        loop = asyncio.get_running_loop()
+        voice = self.resolve_voice(request.voice)
+        wpm = int(min(450, max(80, round(self.wpm * request.speed))))
+        base = 0
+        for index, (offset, clause) in enumerate(split_for_speech(request.text)):
+            job = _Job(clause, voice, wpm, loop, first=index == 0)
+            self.runtime.submit(job)
+            try:
+                while (item := await job.out.get()) is not _END:
+                    if isinstance(item, BaseException):
+                        raise item
+                    samples, words = item  # type: ignore[misc]
+                    marks = tuple(WordMark(offset + pos, offset + pos + length, base + at) for pos, length, at in words)
+                    yield TalkerChunk(AudioBuffer(samples, "pcm16", self.sample_rate, self.name), marks)
+                base += job.samples
+            finally:
+                job.cancelled.set()
+
+    async def aclose(self) -> None:
+        if self._own_runtime:
+            await asyncio.to_thread(self.runtime.close)

@@ -1,0 +1,1 @@
+"""Vocoder backends."""

@@ -1,0 +1,55 @@
+"""Shared fixtures: the real built-in voice and a real server on a loopback port."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+from app.config import ServerConfig
+from app.server import DuplexServer
+from pipeline.talkers.espeak import EspeakRuntime, EspeakTalker
+from pipeline.vocoders.pcm import PcmVocoder
+
+
+@pytest.fixture(scope="session")
+def espeak_runtime() -> Iterator[EspeakRuntime]:
+    runtime = EspeakRuntime()
+    yield runtime
+    runtime.close()
+
+
+@pytest.fixture
+def talker(espeak_runtime: EspeakRuntime) -> EspeakTalker:
+    return EspeakTalker(espeak_runtime)
+
+
+@pytest.fixture
+def server_config() -> ServerConfig:
+    return ServerConfig(host="127.0.0.1", port=0)
+
+
+@pytest.fixture
+async def server(talker: EspeakTalker, server_config: ServerConfig) -> AsyncIterator[DuplexServer]:
+    srv = DuplexServer(talker, PcmVocoder(), server_config)
+    await srv.start()
+    yield srv
+    srv.close()
+    await srv.wait_closed()
+
+
+@pytest.fixture
+async def make_server(talker: EspeakTalker) -> AsyncIterator:
+    """Start servers with custom configuration; all are closed afterwards."""
+    started: list[DuplexServer] = []
+
+    async def make(**config) -> DuplexServer:
+        srv = DuplexServer(talker, PcmVocoder(), ServerConfig(host="127.0.0.1", port=0, **config))
+        await srv.start()
+        started.append(srv)
+        return srv
+
+    yield make
+    for srv in started:
+        srv.close()
+        await srv.wait_closed()

@@ -1,0 +1,84 @@
+"""The session state machine, sans I/O: events in, events and actions out."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from app.protocol import ClientEvent, decode
+from app.session import CancelReply, Session, StartReply
+from pipeline.engine import OutputChunk
+from pipeline.frames import AudioBuffer
+from pipeline.stream import ChunkEvent
+from pipeline.talker import WordMark
+
+
+def ev(etype: str, **data) -> ClientEvent:
+    return ClientEvent(etype, {"type": etype, **data})
+
+
+def chunk(rid: str, epoch: int, seq: int, start: int, n: int = 2400, words=()) -> ChunkEvent:
+    audio = AudioBuffer.pcm(np.ones(n, np.int16), 24000, "test")
+    return ChunkEvent(rid, 1, seq, epoch, "audio", OutputChunk(audio, start, tuple(words)))
+
+
+def start_reply(s: Session, text: str = "one two three") -> StartReply:
+    s.feed(ev("conversation.item.create", item={"type": "message", "role": "user",
+                                                "content": [{"type": "input_text", "text": text}]}), 0.0)
+    out = s.feed(ev("response.create"), 0.0)
+    [action] = [o for o in out if isinstance(o, StartReply)]
+    return action
+
+
+def test_cancel_retires_the_epoch_before_anything_else():
+    s = Session("sess_test", 0.0)
+    a = start_reply(s)
+    assert s.on_output(chunk(a.response_id, a.epoch, 0, 0), 0.0)
+    out = s.feed(ev("response.cancel"), 0.0)
+    assert isinstance(out[0], CancelReply) and out[0].epoch == a.epoch
+    assert out[-1]["type"] == "response.done" and out[-1]["response"]["status"] == "cancelled"
+    # Audio of the cancelled epoch that was already in flight produces nothing.
+    assert s.on_output(chunk(a.response_id, a.epoch, 1, 2400), 0.0) == []
+    assert s.stale_dropped == 1
+    assert s.on_reply_finished(a.response_id, 0.0) == [], "response.done is sent once"
+    b = start_reply(s, "next")
+    assert b.epoch == a.epoch + 1
+    assert s.on_output(chunk(a.response_id, a.epoch, 2, 4800), 0.0) == []
+
+
+def test_transcript_follows_the_audio_sent():
+    s = Session("sess_test", 0.0)
+    a = start_reply(s, "one two three")
+    out = s.on_output(chunk(a.response_id, a.epoch, 0, 0, words=[WordMark(0, 3, 0)]), 0.0)
+    assert [e["delta"] for e in out if e["type"] == "response.output_audio_transcript.delta"] == ["one"]
+    out = s.on_output(chunk(a.response_id, a.epoch, 1, 2400, words=[WordMark(4, 7, 3000), WordMark(8, 13, 4000)]), 0.0)
+    assert [e["delta"] for e in out if e["type"] == "response.output_audio_transcript.delta"] == [" two three"]
+    done = s.on_reply_finished(a.response_id, 0.0)
+    assert done[-1]["response"]["output"][0]["content"][0]["transcript"] == "one two three"
+
+
+def test_paced_output_waits_for_playback():
+    s = Session("sess_test", 0.0)
+    a = start_reply(s)
+    assert s.output_wait(2400, 0.0) == 0.0
+    s.on_output(chunk(a.response_id, a.epoch, 0, 0, n=6000), 0.0)  # 250 ms sent at t=0
+    assert s.output_wait(2400, 0.0) > 0  # the next 100 ms would exceed the lead
+    assert s.output_wait(2400, 0.2) == 0.0  # 200 ms of it has been played by then
+
+
+def test_same_input_faster_or_slower_gives_same_events():
+    def run(step_wall: float) -> list:
+        s = Session("sess_same", 0.0)
+        out = []
+        for i in range(20):
+            out += s.feed(ev("input_audio_buffer.append", audio="AAAAAAAA"), i * step_wall)
+        out += s.feed(ev("input_audio_buffer.commit"), 20 * step_wall)
+        return [{k: v for k, v in e.items() if k != "event_id"} for e in out if isinstance(e, dict)]
+
+    assert run(0.001) == run(0.1)
+
+
+def test_decode_then_feed_unknown_field_types():
+    s = Session("sess_test", 0.0)
+    out = s.feed(decode('{"type":"session.update","session":{"audio":{"output":{"speed":3}}}}', max_bytes=1000), 0.0)
+    assert out[0]["type"] == "error" and out[0]["error"]["param"] == "session.audio.output.speed"
+    assert s.settings.speed == 1.0
