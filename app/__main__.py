@@ -27,12 +27,14 @@ def build_parser() -> argparse.ArgumentParser:
 async def serve(config: ServerConfig) -> None:
     """Run until SIGINT/SIGTERM, then close every session with a close frame."""
     from app.server import DuplexServer
+    from pipeline.asr import PocketsphinxRecognizer
     from pipeline.talkers.espeak import EspeakTalker
+    from pipeline.vad import SileroModel
     from pipeline.vocoders.pcm import PcmVocoder
 
     talker = EspeakTalker()
     talker.check_voice(config.voice)
-    server = DuplexServer(talker, PcmVocoder(), config)
+    server = DuplexServer(talker, PcmVocoder(), config, vad_model=SileroModel(), recognizer=PocketsphinxRecognizer())
     await server.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -6,6 +6,7 @@ time exactly and a replay faster than real time behaves like one in real time.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 
@@ -53,6 +54,10 @@ class SessionClock:
             return t
         return t + max(0.0, wall - self._ref_wall)
 
+    def time_of_input(self, samples: int, rate: int) -> float:
+        """Session time at which input sample ``samples`` was captured."""
+        return samples / rate + self._offset
+
     def wall_for(self, target: float, wall: float) -> float | None:
         """Wall seconds until session time reaches ``target`` if no input arrives, or
         None while streaming (then only more input moves time)."""
@@ -82,7 +87,9 @@ class Playout:
         self.lead = int(round(lead_s * rate))
         self.sent = 0
         self._play_end: float | None = None
-        self._ack: _Ack | None = None
+        # Recent acks, oldest first: a barge-in asks where playback was a little
+        # while ago, and acks that arrived since must not move that answer.
+        self._acks: deque[_Ack] = deque(maxlen=128)
         self._paused_at: float | None = None
         self._paused_played = 0
 
@@ -95,16 +102,28 @@ class Playout:
     def on_ack(self, played: int, t: float) -> None:
         """The client had played ``played`` samples at session time ``t``."""
         played = max(0, min(played, self.sent))
-        if self._ack is None or played >= self._ack.played:
-            self._ack = _Ack(played, t)
+        if not self._acks or (played >= self._acks[-1].played and t >= self._acks[-1].at):
+            self._acks.append(_Ack(played, t))
 
     def played(self, t: float) -> int:
         """Samples of this reply the client has played by session time ``t``."""
-        if self._paused_at is not None:
+        if self._paused_at is not None and t >= self._paused_at:
             return self._paused_played
-        if self._ack is not None:
-            p = self._ack.played + round((t - self._ack.at) * self.rate)
-            return max(self._ack.played, min(p, self.sent))
+        return self._running(t)
+
+    def _running(self, t: float) -> int:
+        before = [a for a in self._acks if a.at <= t]
+        if before:
+            ack = before[-1]
+            later = len(before) < len(self._acks)
+            ceiling = self._acks[len(before)].played if later else self.sent
+            p = ack.played + round((t - ack.at) * self.rate)
+            return max(ack.played, min(p, ceiling, self.sent))
+        if self._acks:  # asked about a time before the first ack: no more than it says
+            return min(self._model(t), self._acks[0].played)
+        return self._model(t)
+
+    def _model(self, t: float) -> int:
         if self._play_end is None:
             return 0
         buffered = max(0.0, self._play_end - t) * self.rate
@@ -113,22 +132,28 @@ class Playout:
     def pause(self, t: float) -> None:
         """Freeze playback where it is (the client stopped output)."""
         if self._paused_at is None:
-            self._paused_played = self.played(t)
+            self._paused_played = self._running(t)
             self._paused_at = t
 
     def resume(self, t: float) -> None:
         """Playback continues from where it was paused."""
         if self._paused_at is None:
             return
-        held = self._paused_played
+        # The client may have played a little past the pause point before it heard
+        # of the pause; its acks say so.
+        held = max(self._paused_played, self._acks[-1].played if self._acks else 0)
         self._paused_at = None
         # What was buffered at the client resumes playing from now.
-        self._ack = _Ack(held, t)
+        self._acks.append(_Ack(held, t))
         self._play_end = t + (self.sent - held) / self.rate
 
     @property
     def paused(self) -> bool:
         return self._paused_at is not None
+
+    def finished(self, t: float) -> bool:
+        """Whether everything sent has been played by ``t``."""
+        return self.played(t) >= self.sent
 
     def may_send(self, samples: int, t: float) -> bool:
         """Whether ``samples`` more may go out now without exceeding the lead."""

@@ -45,6 +45,9 @@ _SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
     },
     "response.create": {"response": ((dict, _NONE), False)},
     "response.cancel": {"response_id": ((str, _NONE), False)},
+    # Extension: answered by session.synced once every effect of earlier events has
+    # been sent (recognition, the reply it starts, paced audio): exact fast replays.
+    "session.sync": {},
     # Extension (vLLM-Omni's vocabulary): how much of a reply the client has played.
     "playback.ack": {
         "response_id": ((str,), True),

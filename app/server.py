@@ -26,11 +26,13 @@ from websockets.http11 import Request, Response
 from app.config import ServerConfig
 from app.http import REALTIME_PATH, is_upgrade, json_response, static_file, text_response
 from app.protocol import BETA, GA, ProtocolError, decode, encode
-from app.session import Action, CancelReply, Session, SessionLimits, StartReply
+from app.session import Action, CancelReply, Session, SessionLimits, StartReply, Sync, Transcribe
 from app.settings import SessionSettings
+from pipeline.asr import Recognizer
 from pipeline.engine import Reply
 from pipeline.stream import ChunkEvent
 from pipeline.talker import Talker
+from pipeline.vad import SileroModel
 from pipeline.vocoder import Vocoder
 
 log = logging.getLogger("duplex.server")
@@ -51,10 +53,13 @@ class Connection:
             settings=SessionSettings(voice=cfg.voice),
             check_voice=server.talker.check_voice,
             limits=SessionLimits(max_input_buffer_bytes=cfg.max_input_buffer_bytes),
+            vad_model=server.vad_model,
         )
         self.session.clock.idle_s = cfg.input_idle_s
         self._send_lock = asyncio.Lock()
         self._progress = asyncio.Event()  # input, acks and cancels wake a paced sink
+        self._parked = asyncio.Event()  # set while the sink waits on playback
+        self._asr_tasks: set[asyncio.Task[None]] = set()
         self._tg: asyncio.TaskGroup | None = None
         self.reply: Reply | None = None
         self.reply_task: asyncio.Task[None] | None = None
@@ -85,9 +90,13 @@ class Connection:
             await self.send(self.session.error(err))
             return
         outputs = self.session.feed(event, now)
-        if event.type in ("input_audio_buffer.append", "playback.ack"):
-            self._progress.set()
+        self._nudge()  # input, acks, pause and resume all move a paced sink
         await self.execute(outputs)
+
+    def _nudge(self) -> None:
+        """Wake a paced sink; until it has looked again it is not settled."""
+        self._progress.set()
+        self._parked.clear()
 
     async def execute(self, outputs: Iterable[dict[str, Any] | Action], *, sending: bool = True) -> None:
         """Carry out a session's outputs, in order."""
@@ -96,6 +105,15 @@ class Connection:
                 self._start_reply(out)
             elif isinstance(out, CancelReply):
                 await self._cancel_reply(out)
+            elif isinstance(out, Transcribe):
+                assert self._tg is not None
+                task = self._tg.create_task(self._transcribe(out), name=f"asr:{out.item_id}")
+                self._asr_tasks.add(task)
+                task.add_done_callback(self._asr_tasks.discard)
+            elif isinstance(out, Sync):
+                await self._settle()
+                if sending:
+                    await self.send(self.session.synced(out.event_id))
             elif sending:
                 await self.send([out])
 
@@ -109,6 +127,36 @@ class Connection:
             for text in texts:
                 await self.ws.send(text)
                 self.server.bytes_out += len(text)
+
+    async def _settle(self) -> None:
+        """Wait until nothing more follows from what has been received: recognitions
+        done, and the reply (if any) finished or waiting on the client's playback."""
+        while True:
+            if self._asr_tasks:
+                await asyncio.wait(set(self._asr_tasks))
+                continue
+            task = self.reply_task
+            if task is not None and not task.done() and not self._parked.is_set():
+                parked = asyncio.ensure_future(self._parked.wait())
+                try:
+                    await asyncio.wait({task, parked}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    parked.cancel()
+                continue
+            return
+
+    async def _transcribe(self, action: Transcribe) -> None:
+        text = ""
+        recognizer = self.server.recognizer
+        if recognizer is not None:
+            try:
+                text = await recognizer.transcribe(action.audio, action.rate)
+            except Exception:  # a failed recognition is heard as nothing, not a dead session
+                log.exception("recognition failed for %s", action.item_id)
+        try:
+            await self.execute(self.session.on_transcript(action.item_id, text, self.loop.time()))
+        except ConnectionClosed:
+            pass
 
     # -- replies -------------------------------------------------------------
     def _start_reply(self, action: StartReply) -> None:
@@ -152,11 +200,14 @@ class Connection:
         samples = event.payload.audio.length
         while (wait := self.session.output_wait(samples, self.loop.time())) > 0:
             self._progress.clear()
+            self._parked.set()
             try:
                 async with asyncio.timeout(None if math.isinf(wait) else wait):
                     await self._progress.wait()
             except TimeoutError:
                 pass
+            finally:
+                self._parked.clear()
         await self.send(self.session.on_output(event, self.loop.time()))
 
     async def _cancel_reply(self, action: CancelReply) -> None:
@@ -165,7 +216,7 @@ class Connection:
             return
         reply.retire()
         self.server.cancels[action.reason] = self.server.cancels.get(action.reason, 0) + 1
-        self._progress.set()
+        self._nudge()
         if task is not asyncio.current_task() and not task.done():
             task.cancel()
             await asyncio.wait({task})
@@ -174,9 +225,19 @@ class Connection:
 class DuplexServer:
     """The WebSocket/HTTP server: one talker and vocoder shared by every session."""
 
-    def __init__(self, talker: Talker, vocoder: Vocoder, config: ServerConfig | None = None) -> None:
+    def __init__(
+        self,
+        talker: Talker,
+        vocoder: Vocoder,
+        config: ServerConfig | None = None,
+        *,
+        vad_model: SileroModel | None = None,
+        recognizer: Recognizer | None = None,
+    ) -> None:
         self.talker = talker
         self.vocoder = vocoder
+        self.vad_model = vad_model
+        self.recognizer = recognizer
         self.config = config or ServerConfig()
         self.connections: set[Connection] = set()
         self.replies_started = 0

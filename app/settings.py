@@ -26,6 +26,13 @@ class TurnDetection:
     create_response: bool = True
     interrupt_response: bool = True
     idle_timeout_ms: int | None = None
+    # Extensions: speech shorter than this is not a turn (a click, a breath)...
+    min_speech_ms: int = 150
+    # ...and speech over a reply must last this long to cancel it; shorter
+    # speech (a cough, an "uh-huh") only pauses the reply, which then resumes.
+    # Silero holds speech ~100-200 ms past its end, so eSpeak's "mhm" (560 ms)
+    # measures ~670 ms: 800 keeps backchannels from killing replies.
+    barge_in_min_ms: int = 800
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +148,8 @@ def _turn_detection(value: Any, param: str, current: TurnDetection | None) -> Tu
         ("prefix_padding_ms", (int,), 0, 5000),
         ("silence_duration_ms", (int,), 0, 10000),
         ("idle_timeout_ms", (int, type(None)), 5000, 30 * 60 * 1000),
+        ("min_speech_ms", (int,), 0, 5000),
+        ("barge_in_min_ms", (int,), 0, 10000),
     ):
         if key in value:
             v = _get(value, key, types, f"{param}.{key}")

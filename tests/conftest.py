@@ -8,7 +8,9 @@ import pytest
 
 from app.config import ServerConfig
 from app.server import DuplexServer
+from pipeline.asr import PocketsphinxRecognizer
 from pipeline.talkers.espeak import EspeakRuntime, EspeakTalker
+from pipeline.vad import SileroModel
 from pipeline.vocoders.pcm import PcmVocoder
 
 
@@ -17,6 +19,16 @@ def espeak_runtime() -> Iterator[EspeakRuntime]:
     runtime = EspeakRuntime()
     yield runtime
     runtime.close()
+
+
+@pytest.fixture(scope="session")
+def vad_model() -> SileroModel:
+    return SileroModel()
+
+
+@pytest.fixture(scope="session")
+def recognizer() -> PocketsphinxRecognizer:
+    return PocketsphinxRecognizer(pool_size=1)
 
 
 @pytest.fixture
@@ -30,8 +42,8 @@ def server_config() -> ServerConfig:
 
 
 @pytest.fixture
-async def server(talker: EspeakTalker, server_config: ServerConfig) -> AsyncIterator[DuplexServer]:
-    srv = DuplexServer(talker, PcmVocoder(), server_config)
+async def server(talker: EspeakTalker, server_config: ServerConfig, vad_model, recognizer) -> AsyncIterator[DuplexServer]:
+    srv = DuplexServer(talker, PcmVocoder(), server_config, vad_model=vad_model, recognizer=recognizer)
     await srv.start()
     yield srv
     srv.close()
@@ -39,12 +51,13 @@ async def server(talker: EspeakTalker, server_config: ServerConfig) -> AsyncIter
 
 
 @pytest.fixture
-async def make_server(talker: EspeakTalker) -> AsyncIterator:
+async def make_server(talker: EspeakTalker, vad_model, recognizer) -> AsyncIterator:
     """Start servers with custom configuration; all are closed afterwards."""
     started: list[DuplexServer] = []
 
     async def make(**config) -> DuplexServer:
-        srv = DuplexServer(talker, PcmVocoder(), ServerConfig(host="127.0.0.1", port=0, **config))
+        srv = DuplexServer(talker, PcmVocoder(), ServerConfig(host="127.0.0.1", port=0, **config),
+                           vad_model=vad_model, recognizer=recognizer)
         await srv.start()
         started.append(srv)
         return srv

@@ -83,3 +83,13 @@ def test_lead_bounds_what_is_released():
         released.append(p.sent - p.played(t))
         t += 0.01
     assert max(released) <= 250 + 60
+
+
+def test_a_later_ack_does_not_move_where_playback_was_earlier():
+    p = Playout(rate=1000, lead_s=0.25)
+    p.on_sent(2000, t=0.0)
+    p.on_ack(100, t=0.1)
+    p.on_ack(400, t=0.5)
+    assert p.played(0.2) == 200  # from the ack at 0.1, not the one at 0.5
+    assert p.played(0.45) == 400  # never past what the next ack says
+    assert p.played(0.05) <= 100

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from app.conversation import Item
 from app.protocol import ClientEvent, decode
 from app.session import CancelReply, Session, StartReply
 from pipeline.engine import OutputChunk
@@ -38,7 +39,7 @@ def test_cancel_retires_the_epoch_before_anything_else():
     assert out[-1]["type"] == "response.done" and out[-1]["response"]["status"] == "cancelled"
     # Audio of the cancelled epoch that was already in flight produces nothing.
     assert s.on_output(chunk(a.response_id, a.epoch, 1, 2400), 0.0) == []
-    assert s.stale_dropped == 1
+    assert s.speaker.stale_dropped == 1
     assert s.on_reply_finished(a.response_id, 0.0) == [], "response.done is sent once"
     b = start_reply(s, "next")
     assert b.epoch == a.epoch + 1
@@ -82,3 +83,16 @@ def test_decode_then_feed_unknown_field_types():
     out = s.feed(decode('{"type":"session.update","session":{"audio":{"output":{"speed":3}}}}', max_bytes=1000), 0.0)
     assert out[0]["type"] == "error" and out[0]["error"]["param"] == "session.audio.output.speed"
     assert s.settings.speed == 1.0
+
+
+def test_a_turn_heard_as_nothing_is_answered_briefly():
+    from app.session import NOT_UNDERSTOOD, Transcribe
+    from pipeline.vad import SileroModel
+
+    s = Session("sess_test", 0.0, vad_model=SileroModel())
+    s.conversation.add(Item("u1", "user", [{"type": "input_audio", "transcript": None}]))
+    out = s.on_transcript("u1", "", 1.0)
+    assert out[0]["type"] == "conversation.item.input_audio_transcription.completed"
+    [start] = [o for o in out if isinstance(o, StartReply)]
+    assert start.request.text == NOT_UNDERSTOOD
+    assert not any(isinstance(o, Transcribe) for o in out)

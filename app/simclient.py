@@ -1,0 +1,234 @@
+"""A simulated duplex client on the input sample clock: the core of replays and tests.
+
+It streams microphone audio in frames and, after each frame, asks the server to
+``session.sync``: the server answers once everything that frame caused has been
+sent. So the client knows exactly which audio arrived by which input sample, and
+can run faster than real time while behaving like a real-time client. Its
+speaker is a playout buffer draining at real time on the same clock; it pauses,
+resumes and drops audio on the server's events, and reports what it played with
+``playback.ack`` as a real client does.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from websockets.asyncio.client import ClientConnection
+
+AUDIO_DELTAS = ("response.output_audio.delta", "response.audio.delta")
+
+
+@dataclass(slots=True)
+class Received:
+    """A server event and the input sample the client had sent when it arrived."""
+
+    at: int
+    event: dict[str, Any]
+
+
+@dataclass(slots=True)
+class Heard:
+    """What the simulated speaker did with one reply."""
+
+    response_id: str
+    received: int = 0
+    played: int = 0
+    dropped: int = 0
+    first_audio_at: int | None = None
+    """Input sample at which the first audio of the reply arrived."""
+    first_played_at: int | None = None
+    stopped_at: int | None = None
+    """Input sample at which output stopped for good (cancel, truncation or pause)."""
+    done: bool = False
+    stale_bytes: int = 0
+    """Audio bytes that arrived after the reply's response.done: must stay 0."""
+    pcm: list[np.ndarray] = field(default_factory=list)
+    history: list[tuple[int, int]] = field(default_factory=list)
+    """(input sample, samples played) at each frame boundary."""
+
+
+class SimulatedClient:
+    """Drive a Realtime connection on a simulated input clock."""
+
+    def __init__(
+        self,
+        ws: ClientConnection,
+        *,
+        input_rate: int = 24000,
+        output_rate: int = 24000,
+        frame_ms: int = 20,
+        ack_every_ms: int | None = 100,
+        keep_audio: bool = False,
+    ) -> None:
+        self.ws = ws
+        self.input_rate = input_rate
+        self.output_rate = output_rate
+        self.frame = input_rate * frame_ms // 1000
+        self.ack_every = None if ack_every_ms is None else input_rate * ack_every_ms // 1000
+        self.keep_audio = keep_audio
+        self.input_samples = 0
+        self.events: list[Received] = []
+        self.heard: dict[str, Heard] = {}
+        self._buffer: deque[tuple[str, np.ndarray]] = deque()  # playout queue: (response_id, pcm)
+        self._paused = False
+        self._current: str | None = None  # response whose audio is at the head of the buffer
+        self._last_ack = 0
+        self._played_out = 0.0  # fractional output samples owed to the speaker
+        self._n = 0
+
+    # -- sending -------------------------------------------------------------
+    async def send(self, etype: str, **fields: Any) -> None:
+        self._n += 1
+        await self.ws.send(json.dumps({"type": etype, "event_id": f"sim{self._n}", **fields}))
+
+    async def sync(self) -> list[Received]:
+        """Wait until the server has sent everything earlier events caused."""
+        await self.send("session.sync")
+        new: list[Received] = []
+        while True:
+            event = json.loads(await self.ws.recv())
+            if event["type"] == "session.synced":
+                return new
+            rec = Received(self.input_samples, event)
+            self.events.append(rec)
+            new.append(rec)
+            self._on_event(event)
+
+    async def stream(self, pcm: np.ndarray) -> list[Received]:
+        """Send microphone audio frame by frame, playing what arrives in between."""
+        new: list[Received] = []
+        for i in range(0, pcm.size, self.frame):
+            frame = pcm[i : i + self.frame]
+            # The speaker plays this frame's time from what had arrived by its start;
+            # what the frame's audio makes the server send arrives at its end.
+            self._play(frame.size)
+            await self.send("input_audio_buffer.append",
+                            audio=base64.b64encode(frame.astype("<i2").tobytes()).decode())
+            self.input_samples += frame.size
+            new += await self.sync()
+            if self.ack_every is not None and self.input_samples - self._last_ack >= self.ack_every:
+                await self._ack()
+        return new
+
+    async def silence(self, seconds: float) -> list[Received]:
+        return await self.stream(np.zeros(int(seconds * self.input_rate), np.int16))
+
+    async def _ack(self) -> None:
+        self._last_ack = self.input_samples
+        rid = self._current or (self._buffer[0][0] if self._buffer else None)
+        if rid is None:
+            return
+        await self.send("playback.ack", response_id=rid, played_samples=self.heard[rid].played,
+                        input_samples=self.input_samples)
+
+    # -- the speaker ---------------------------------------------------------
+    def _on_event(self, event: dict[str, Any]) -> None:
+        etype = event["type"]
+        if etype in AUDIO_DELTAS:
+            rid = event["response_id"]
+            h = self.heard.setdefault(rid, Heard(rid))
+            pcm = np.frombuffer(base64.b64decode(event["delta"]), "<i2")
+            if h.done:
+                h.stale_bytes += pcm.size * 2
+                return
+            if h.first_audio_at is None:
+                h.first_audio_at = self.input_samples
+            h.received += pcm.size
+            self._buffer.append((rid, pcm))
+            if self.keep_audio:
+                h.pcm.append(pcm)
+        elif etype == "response.output_audio.paused":
+            self._paused = True
+            self._stop(event["response_id"])
+        elif etype == "response.output_audio.resumed":
+            self._paused = False
+            h = self.heard.get(event["response_id"])
+            if h is not None:
+                h.stopped_at = None
+        elif etype == "response.done":
+            rid = event["response"]["id"]
+            h = self.heard.setdefault(rid, Heard(rid))
+            h.done = True
+            if event["response"]["status"] != "completed":
+                self._drop(rid)
+        elif etype == "conversation.item.truncated":
+            rid = self._response_of_item(event["item_id"])
+            if rid is not None:
+                self._drop(rid)
+            self._paused = False
+
+    def _response_of_item(self, item_id: str) -> str | None:
+        for rec in reversed(self.events):
+            e = rec.event
+            if e["type"] in AUDIO_DELTAS and e.get("item_id") == item_id:
+                return e["response_id"]
+        return None
+
+    def _stop(self, rid: str) -> None:
+        h = self.heard.get(rid)
+        if h is not None and h.stopped_at is None:
+            h.stopped_at = self.input_samples
+
+    def _drop(self, rid: str) -> None:
+        kept: deque[tuple[str, np.ndarray]] = deque()
+        for r, pcm in self._buffer:
+            if r == rid:
+                self.heard[r].dropped += pcm.size
+            else:
+                kept.append((r, pcm))
+        self._buffer = kept
+        self._stop(rid)
+        if self._current == rid:
+            self._current = None
+
+    def _play(self, input_samples: int) -> None:
+        """The speaker drains ``input_samples`` worth of real time."""
+        start, end = self.input_samples, self.input_samples + input_samples
+        touched: set[str] = {self._current} if self._current else set()
+        if not self._paused:
+            self._played_out += input_samples * self.output_rate / self.input_rate
+            budget = int(self._played_out)
+            self._played_out -= budget
+            while budget > 0 and self._buffer:
+                rid, pcm = self._buffer[0]
+                self._current = rid
+                touched.add(rid)
+                h = self.heard[rid]
+                if h.first_played_at is None:
+                    h.first_played_at = start
+                    h.history.append((start, 0))
+                take = min(budget, pcm.size)
+                h.played += take
+                budget -= take
+                if take == pcm.size:
+                    self._buffer.popleft()
+                else:
+                    self._buffer[0] = (rid, pcm[take:])
+        for rid in touched:
+            h = self.heard[rid]
+            h.history.append((end, h.played))
+
+    # -- reading results -----------------------------------------------------
+    def of_type(self, etype: str) -> list[Received]:
+        return [r for r in self.events if r.event["type"] == etype]
+
+    def played_at(self, rid: str, input_sample: int) -> int:
+        """How much of ``rid`` the speaker had played at ``input_sample`` (interpolated
+        between frame boundaries)."""
+        h = self.heard.get(rid)
+        if h is None or not h.history:
+            return 0
+        prev = (0, 0)
+        for at, played in h.history:
+            if at >= input_sample:
+                if at == prev[0]:
+                    return played
+                frac = (input_sample - prev[0]) / (at - prev[0])
+                return int(prev[1] + frac * (played - prev[1]))
+            prev = (at, played)
+        return prev[1]
