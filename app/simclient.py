@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +30,8 @@ class Received:
 
     at: int
     event: dict[str, Any]
+    wall: float = 0.0
+    """When it arrived (monotonic seconds), for latency reports."""
 
 
 @dataclass(slots=True)
@@ -72,6 +75,8 @@ class SimulatedClient:
         self.ack_every = None if ack_every_ms is None else input_rate * ack_every_ms // 1000
         self.keep_audio = keep_audio
         self.input_samples = 0
+        self.sent_wall: dict[int, float] = {}
+        """Input sample count after each frame -> when that frame was sent."""
         self.events: list[Received] = []
         self.heard: dict[str, Heard] = {}
         self._buffer: deque[tuple[str, np.ndarray]] = deque()  # playout queue: (response_id, pcm)
@@ -94,7 +99,7 @@ class SimulatedClient:
             event = json.loads(await self.ws.recv())
             if event["type"] == "session.synced":
                 return new
-            rec = Received(self.input_samples, event)
+            rec = Received(self.input_samples, event, time.monotonic())
             self.events.append(rec)
             new.append(rec)
             self._on_event(event)
@@ -110,6 +115,7 @@ class SimulatedClient:
             await self.send("input_audio_buffer.append",
                             audio=base64.b64encode(frame.astype("<i2").tobytes()).decode())
             self.input_samples += frame.size
+            self.sent_wall[self.input_samples] = time.monotonic()
             new += await self.sync()
             if self.ack_every is not None and self.input_samples - self._last_ack >= self.ack_every:
                 await self._ack()

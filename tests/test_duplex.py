@@ -234,3 +234,18 @@ async def test_acks_drive_pacing(server, talker):
     assert 2000 <= ms(sim2.heard[rid2].received) <= 2000 + 250 + 100
     await sim.ws.close()
     await sim2.ws.close()
+
+
+async def test_threshold_and_prefix_padding_are_honoured(server, talker):
+    words = trim(await speech(talker, "what time is it now"), RATE)
+    stream = mix(silence(1.0), words, silence(1.0))
+
+    async def started(**td) -> list[dict]:
+        sim = await connect(server, turn_detection={"type": "server_vad", "create_response": False, **td})
+        await sim.stream(stream)
+        await sim.ws.close()
+        return [r.event for r in sim.of_type("input_audio_buffer.speech_started")]
+
+    wide, narrow = await started(prefix_padding_ms=300), await started(prefix_padding_ms=100)
+    assert wide[0]["audio_start_ms"] == narrow[0]["audio_start_ms"] - 200
+    assert await started(threshold=1.0) == []  # nothing is that certain to be speech
