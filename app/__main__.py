@@ -21,7 +21,39 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-sessions", type=int, default=200)
     serve.add_argument("--max-message-bytes", type=int, default=2 * 1024 * 1024)
     serve.add_argument("--log-level", default="INFO")
+    replay = sub.add_parser("replay", help="run scenario files against a server and judge what it did")
+    replay.add_argument("scenarios", nargs="+", help="scenario .toml files (or folders of them)")
+    replay.add_argument("--url", default="ws://127.0.0.1:8765/v1/realtime", help="the server's Realtime WebSocket")
+    replay.add_argument("--realtime", action="store_true", help="pace the microphone at real time (default: faster, exact)")
+    replay.add_argument("--parallel", action="store_true", help="run the scenarios on concurrent connections")
+    replay.add_argument("--report", default="replay-report.json", help="where to write the JSON report")
+    replay.add_argument("--wav-dir", default="replays", help="where to write one WAV per scenario (mic left, speaker right)")
     return parser
+
+
+def replay(args: argparse.Namespace) -> int:
+    """``duplex replay``: non-zero exit when a scenario fails."""
+    from pathlib import Path
+
+    from app.replay import Runner, table, write_report
+    from app.scenario import ScenarioError, load
+
+    files: list[Path] = []
+    for name in args.scenarios:
+        p = Path(name)
+        files += sorted(p.glob("*.toml")) if p.is_dir() else [p]
+    try:
+        scenarios = [load(f) for f in files]
+    except ScenarioError as exc:
+        print(f"duplex replay: {exc}", file=sys.stderr)
+        return 2
+    runner = Runner(args.url, realtime=args.realtime, wav_dir=args.wav_dir)
+    results = asyncio.run(runner.run_many(scenarios, parallel=args.parallel))
+    print(table(results))
+    write_report(results, args.report)
+    failed = [r.name for r in results if not r.passed]
+    print(f"\n{len(results) - len(failed)}/{len(results)} passed; report: {args.report}; audio: {args.wav_dir}/")
+    return 1 if failed else 0
 
 
 async def serve(config: ServerConfig) -> None:
@@ -48,6 +80,9 @@ async def serve(config: ServerConfig) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "replay":
+        logging.basicConfig(level=logging.WARNING)
+        return replay(args)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("websockets").setLevel(logging.WARNING)  # one line per HTTP request is noise
     if args.command == "serve":

@@ -22,6 +22,9 @@ class SessionClock:
 
     def __init__(self, start_wall: float, *, idle_s: float = 0.3) -> None:
         self.idle_s = idle_s
+        self.input_only = False
+        """Set when the client declares its input clock is its only clock (it uses
+        ``session.sync`` to replay faster than real time): wall time never counts."""
         self._input_s = 0.0
         self._offset = 0.0
         self._ref_wall = start_wall
@@ -32,8 +35,16 @@ class SessionClock:
         """Seconds of input audio received."""
         return self._input_s
 
+    def use_input_only(self, wall: float) -> None:
+        """From now on only input moves time (time stays where it is now)."""
+        if not self.input_only:
+            self._offset = max(self._offset, self.now(wall) - self._input_s)
+            self.input_only = True
+
     def streaming(self, wall: float) -> bool:
         """Whether the client is streaming input now."""
+        if self.input_only:
+            return True
         return self._streaming_ever and wall - self._ref_wall <= self.idle_s
 
     def on_input(self, seconds: float, wall: float) -> None:

@@ -188,6 +188,8 @@ class Connection:
             events = self.session.on_reply_finished(response_id, self.loop.time())
         finally:
             self.server.stale_dropped += reply.stats.dropped_stale
+            queued = reply.stats.talker_high_water_bytes + reply.stats.output_high_water_bytes
+            self.server.max_queued_bytes = max(self.server.max_queued_bytes, queued)
             if self.reply is reply:
                 self.reply = None
         try:
@@ -242,6 +244,8 @@ class DuplexServer:
         self.connections: set[Connection] = set()
         self.replies_started = 0
         self.stale_dropped = 0
+        self.max_queued_bytes = 0
+        """Most bytes any reply held in its queues: bounded by the engine config."""
         self.bytes_out = 0
         self.cancels: dict[str, int] = {}
         self._server: Server | None = None

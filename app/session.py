@@ -143,6 +143,9 @@ class Session:
         return [self.event("session.updated", session=self._session_object())]
 
     def _on_session_sync(self, data: dict[str, Any], now: float) -> Output:
+        # A client that syncs steps its own input clock (a replay, maybe faster
+        # than real time): from now on only its input moves session time.
+        self.clock.use_input_only(now)
         return [Sync(data.get("event_id"))]
 
     def synced(self, event_id: str | None) -> list[dict[str, Any]]:

@@ -11,6 +11,7 @@ resumes and drops audio on the server's events, and reports what it played with
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import time
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import websockets
 from websockets.asyncio.client import ClientConnection
 
 AUDIO_DELTAS = ("response.output_audio.delta", "response.audio.delta")
@@ -49,7 +51,10 @@ class Heard:
     """Input sample at which output stopped for good (cancel, truncation or pause)."""
     done: bool = False
     stale_bytes: int = 0
-    """Audio bytes that arrived after the reply's response.done: must stay 0."""
+    """Audio bytes that cannot belong to this reply: after its response.done, or out
+    of its own sequence (another epoch's chunk under its id). Must stay 0."""
+    next_seq: int = 0
+    epoch: int | None = None
     pcm: list[np.ndarray] = field(default_factory=list)
     history: list[tuple[int, int]] = field(default_factory=list)
     """(input sample, samples played) at each frame boundary."""
@@ -67,6 +72,8 @@ class SimulatedClient:
         frame_ms: int = 20,
         ack_every_ms: int | None = 100,
         keep_audio: bool = False,
+        record: bool = False,
+        realtime: bool = False,
     ) -> None:
         self.ws = ws
         self.input_rate = input_rate
@@ -74,6 +81,14 @@ class SimulatedClient:
         self.frame = input_rate * frame_ms // 1000
         self.ack_every = None if ack_every_ms is None else input_rate * ack_every_ms // 1000
         self.keep_audio = keep_audio
+        self.record = record
+        self.mic: list[np.ndarray] = []
+        """What the microphone sent (with ``record``)."""
+        self.speaker: list[np.ndarray] = []
+        """What the speaker played, frame by frame, silence included (with ``record``)."""
+        self.realtime = realtime
+        self._reader: asyncio.Task[None] | None = None
+        self._clock_start: float | None = None  # wall time of input sample 0, in real-time mode
         self.input_samples = 0
         self.sent_wall: dict[int, float] = {}
         """Input sample count after each frame -> when that frame was sent."""
@@ -91,8 +106,33 @@ class SimulatedClient:
         self._n += 1
         await self.ws.send(json.dumps({"type": etype, "event_id": f"sim{self._n}", **fields}))
 
+    async def start(self) -> None:
+        """In real-time mode, read events in the background as they come."""
+        if self.realtime and self._reader is None:
+            self._reader = asyncio.create_task(self._read_forever())
+
+    async def _read_forever(self) -> None:
+        try:
+            async for message in self.ws:
+                event = json.loads(message)
+                self.events.append(Received(self.input_samples, event, time.monotonic()))
+                self._on_event(event)
+        except websockets.ConnectionClosed:
+            pass
+
+    async def stop(self) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+            await asyncio.gather(self._reader, return_exceptions=True)
+            self._reader = None
+
     async def sync(self) -> list[Received]:
-        """Wait until the server has sent everything earlier events caused."""
+        """Wait until the server has sent everything earlier events caused.
+
+        In real-time mode there is no barrier: the background reader keeps up."""
+        if self.realtime:
+            await asyncio.sleep(0)
+            return []
         await self.send("session.sync")
         new: list[Received] = []
         while True:
@@ -109,6 +149,13 @@ class SimulatedClient:
         new: list[Received] = []
         for i in range(0, pcm.size, self.frame):
             frame = pcm[i : i + self.frame]
+            if self.realtime:  # hold the capture's pace: this is the microphone's clock
+                if self._clock_start is None:
+                    self._clock_start = time.monotonic() - self.input_samples / self.input_rate
+                due = self._clock_start + self.input_samples / self.input_rate
+                await asyncio.sleep(max(0.0, due - time.monotonic()))
+            if self.record:
+                self.mic.append(frame.copy())
             # The speaker plays this frame's time from what had arrived by its start;
             # what the frame's audio makes the server send arrives at its end.
             self._play(frame.size)
@@ -120,6 +167,25 @@ class SimulatedClient:
             if self.ack_every is not None and self.input_samples - self._last_ack >= self.ack_every:
                 await self._ack()
         return new
+
+    async def stall(self, seconds: float) -> list[Received]:
+        """Keep sending the microphone for ``seconds`` of input but read nothing (a
+        frozen UI thread, say); then read again. The speaker starves meanwhile."""
+        sock = self.ws.transport.get_extra_info("socket")
+        if sock is not None:  # a small window, so the server's side fills up, not our kernel's
+            import socket
+
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
+        self.ws.transport.pause_reading()
+        frame = np.zeros(self.frame, np.int16)
+        payload = base64.b64encode(frame.astype("<i2").tobytes()).decode()
+        try:
+            for _ in range(int(seconds * self.input_rate) // self.frame):
+                await self.send("input_audio_buffer.append", audio=payload)
+                self.input_samples += frame.size
+        finally:
+            self.ws.transport.resume_reading()
+        return await self.sync()
 
     async def silence(self, seconds: float) -> list[Received]:
         return await self.stream(np.zeros(int(seconds * self.input_rate), np.int16))
@@ -142,6 +208,13 @@ class SimulatedClient:
             if h.done:
                 h.stale_bytes += pcm.size * 2
                 return
+            # Duplex's extension fields: seq is gap-free per reply, the epoch fixed.
+            seq, epoch = event.get("seq"), event.get("epoch")
+            if seq is not None:
+                if seq != h.next_seq or (h.epoch is not None and epoch != h.epoch):
+                    h.stale_bytes += pcm.size * 2
+                h.next_seq = seq + 1
+                h.epoch = epoch if h.epoch is None else h.epoch
             if h.first_audio_at is None:
                 h.first_audio_at = self.input_samples
             h.received += pcm.size
@@ -196,6 +269,7 @@ class SimulatedClient:
         """The speaker drains ``input_samples`` worth of real time."""
         start, end = self.input_samples, self.input_samples + input_samples
         touched: set[str] = {self._current} if self._current else set()
+        out: list[np.ndarray] = []
         if not self._paused:
             self._played_out += input_samples * self.output_rate / self.input_rate
             budget = int(self._played_out)
@@ -211,6 +285,8 @@ class SimulatedClient:
                 take = min(budget, pcm.size)
                 h.played += take
                 budget -= take
+                if self.record:
+                    out.append(pcm[:take])
                 if take == pcm.size:
                     self._buffer.popleft()
                 else:
@@ -218,6 +294,10 @@ class SimulatedClient:
         for rid in touched:
             h = self.heard[rid]
             h.history.append((end, h.played))
+        if self.record:
+            want = input_samples * self.output_rate // self.input_rate
+            played = np.concatenate(out) if out else np.zeros(0, np.int16)
+            self.speaker.append(np.pad(played, (0, max(0, want - played.size)))[: max(want, played.size)])
 
     # -- reading results -----------------------------------------------------
     def of_type(self, etype: str) -> list[Received]:

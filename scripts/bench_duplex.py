@@ -31,7 +31,7 @@ from pipeline.asr import PocketsphinxRecognizer  # noqa: E402
 from pipeline.talkers.espeak import EspeakTalker  # noqa: E402
 from pipeline.vad import SileroModel, StreamingVad  # noqa: E402
 from pipeline.vocoders.pcm import PcmVocoder  # noqa: E402
-from tests.audio import cough, mix, noise, silence, speech, trim, voiced_bounds  # noqa: E402
+from app.sounds import cough, mix, noise, silence, speech, trim, voiced_bounds  # noqa: E402
 
 RATE = 24000
 PHRASES = [

@@ -14,7 +14,7 @@ import pytest
 import websockets
 
 from app.simclient import SimulatedClient
-from tests.audio import cough, mix, noise, silence, speech, trim, voiced_bounds
+from app.sounds import cough, mix, noise, silence, speech, trim, voiced_bounds
 
 RATE = 24000
 LONG = " ".join(f"This is sentence number {i} of a long reply." for i in range(12))

@@ -1,6 +1,10 @@
-"""Test audio made at test time: eSpeak NG speech, silence, noise and a cough."""
+"""The user's side of a scripted conversation: eSpeak NG speech, WAV files,
+silence, noise and coughs, made on the spot (nothing is downloaded)."""
 
 from __future__ import annotations
+
+import wave
+from pathlib import Path
 
 import numpy as np
 import soxr
@@ -60,3 +64,29 @@ def cough(rate: int = 24000, seconds: float = 0.3, seed: int = 1) -> np.ndarray:
 
 def mix(*parts: np.ndarray) -> np.ndarray:
     return np.concatenate(parts).astype(np.int16)
+
+
+def read_wav(path: str | Path, rate: int) -> np.ndarray:
+    """A PCM16 WAV file as mono PCM16 at ``rate``."""
+    with wave.open(str(path), "rb") as w:
+        if w.getsampwidth() != 2:
+            raise ValueError(f"{path}: only 16-bit PCM WAV files are supported")
+        channels, source_rate = w.getnchannels(), w.getframerate()
+        pcm = np.frombuffer(w.readframes(w.getnframes()), "<i2").astype(np.int16)
+    if channels > 1:
+        pcm = pcm.reshape(-1, channels).mean(axis=1).astype(np.int16)
+    if source_rate != rate:
+        y = soxr.resample(pcm.astype(np.float32) / 32768.0, source_rate, rate)
+        pcm = np.clip(np.rint(y * 32767), -32768, 32767).astype(np.int16)
+    return pcm
+
+
+def write_wav(path: str | Path, rate: int, *channels: np.ndarray) -> None:
+    """Write PCM16 channels (padded to the longest) as one WAV file."""
+    n = max(c.size for c in channels)
+    frames = np.stack([np.pad(c, (0, n - c.size)) for c in channels], axis=1).astype("<i2")
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(len(channels))
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(frames.tobytes())

@@ -1,0 +1,114 @@
+"""The duplex suite: every scenario in tests/scenarios/ replayed against the real server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import wave
+from pathlib import Path
+
+import pytest
+
+from app.replay import Runner
+from app.scenario import ScenarioError, load, parse
+from tests.util import stage_tasks, until
+
+SCENARIOS = sorted(Path(__file__).parent.joinpath("scenarios").glob("*.toml"))
+
+
+@pytest.fixture
+def runner(talker, tmp_path) -> Runner:
+    return Runner("ws://placeholder", talker=talker, wav_dir=tmp_path / "wav")
+
+
+async def _run(runner: Runner, server, name: str):
+    runner.url = f"ws://127.0.0.1:{server.port}/v1/realtime"
+    return await runner.run(load(Path(__file__).parent / "scenarios" / f"{name}.toml"))
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
+async def test_scenario(path: Path, server, runner, espeak_runtime):
+    runner.url = f"ws://127.0.0.1:{server.port}/v1/realtime"
+    result = await runner.run(load(path))
+    assert result.passed, "\n".join(result.failures)
+    assert result.stale_bytes == 0
+    # Whatever the scenario did, the server let go of it afterwards.
+    await until(lambda: not server.connections, what="session freed")
+    assert stage_tasks() == []
+    assert await asyncio.to_thread(espeak_runtime.wait_idle, 10)
+    assert result.wav and Path(result.wav).is_file()
+
+
+async def test_disconnect_mid_reply_frees_the_reply(server, runner):
+    result = await _run(runner, server, "disconnect_mid_reply")
+    assert result.passed
+    await until(lambda: not server.connections, what="session freed")
+    assert server.cancels.get("client_disconnected") == 1
+    assert stage_tasks() == []
+
+
+async def test_a_client_that_stops_reading_holds_memory_within_bounds(server, runner):
+    result = await _run(runner, server, "stalled_reader")
+    assert result.passed, result.failures
+    bound = server.config.engine.talker_queue.max_bytes + server.config.engine.output_queue.max_bytes
+    assert 0 < server.max_queued_bytes <= bound
+    assert result.replies[0]["received_ms"] > 20_000, "the stall held the reply back, it did not lose it"
+    await until(lambda: not server.connections, what="clean close")
+
+
+async def test_two_scenarios_on_two_connections_at_once(server, runner):
+    runner.url = f"ws://127.0.0.1:{server.port}/v1/realtime"
+    scenarios = [load(Path(__file__).parent / "scenarios" / f"{n}.toml") for n in ("plain_turn", "barge_in_mid")]
+    results = await runner.run_many(scenarios, parallel=True)
+    assert [r.passed for r in results] == [True, True], [r.failures for r in results]
+    assert results[1].metrics["stop"] and results[0].metrics["response"]
+
+
+async def test_a_failed_expectation_fails_the_scenario(server, runner):
+    scenario = parse({
+        "step": [{"silence": 0.5}, {"say": "hello how are you today"}, {"wait": "answered", "timeout": 15}],
+        "expect": [{"event": "response.done", "where": {"response.status": "cancelled"}, "count": 1},
+                   {"latency": "response", "max_ms": 1}],
+    }, name="wrong on purpose")
+    runner.url = f"ws://127.0.0.1:{server.port}/v1/realtime"
+    result = await runner.run(scenario)
+    assert not result.passed
+    assert len(result.failures) == 2 and "wanted exactly 1" in result.failures[0]
+
+
+def test_scenario_files_are_parsed_strictly(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[step]]\nsay = "hi"\nvoise = "en-us"\n')
+    with pytest.raises(ScenarioError, match="step 1.*voise"):
+        load(bad)
+    bad.write_text('[[step]]\nsilence = 1\n[[expect]]\nlatency = "sometime"\nmax_ms = 3\n')
+    with pytest.raises(ScenarioError, match="latency must be one of"):
+        load(bad)
+    bad.write_text('[[step]]\nwav = "missing.wav"\n')
+    with pytest.raises(ScenarioError, match="no WAV file"):
+        load(bad)
+    bad.write_text('name = "x"\nstep = []\n')
+    with pytest.raises(ScenarioError, match="at least one"):
+        load(bad)
+
+
+async def test_replay_command_line(server, tmp_path):
+    """``duplex replay`` as a user runs it: table, JSON report, WAVs, exit status."""
+    good = Path(__file__).parent / "scenarios" / "plain_turn.toml"
+    failing = tmp_path / "failing.toml"
+    failing.write_text('name = "expects a cancel"\n[[step]]\nsay = "hello how are you today"\n'
+                       '[[step]]\nwait = "answered"\n[[expect]]\nreplies = 1\nstatus = "cancelled"\n')
+    report = tmp_path / "report.json"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "app", "replay", str(good), str(failing),
+        "--url", f"ws://127.0.0.1:{server.port}/v1/realtime", "--report", str(report),
+        "--wav-dir", str(tmp_path / "wav"), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    out, _ = await asyncio.wait_for(proc.communicate(), 120)
+    text = out.decode()
+    assert proc.returncode == 1, text
+    assert "| plain turn | pass |" in text and "| expects a cancel | FAIL |" in text
+    data = json.loads(report.read_text())
+    assert [r["passed"] for r in data] == [True, False]
+    with wave.open(str(tmp_path / "wav" / "plain_turn.wav")) as w:
+        assert w.getnchannels() == 2 and w.getframerate() == 24000 and w.getnframes() > 24000
