@@ -111,7 +111,7 @@ class Runner:
             result.fail(f"cannot connect to {self.url}: {exc}")
             return result
         sim = SimulatedClient(ws, input_rate=c.input_rate, output_rate=c.output_rate, frame_ms=c.frame_ms,
-                              ack_every_ms=c.ack_every_ms, keep_audio=True, record=True, realtime=self.realtime)
+                              ack_every_ms=c.ack_every_ms or None, keep_audio=True, record=True, realtime=self.realtime)
         segments: list[Segment] = []
         markers: dict[str, int] = {}
         try:
@@ -231,7 +231,9 @@ class Runner:
     def _metrics(self, sim: SimulatedClient, segments: list[Segment], markers: dict[str, int]) -> dict[str, list[float]]:
         ms = 1000 / sim.input_rate
         created = [(r.at, r.event["response"]["id"]) for r in sim.of_type("response.created")]
-        m: dict[str, list[float]] = {"response": [], "interruption": [], "stop": [], "cancel": [], "first_audio": []}
+        m: dict[str, list[float]] = {"response": [], "interruption": [], "stop": [], "cancel": [], "first_audio": [],
+                                     "end_of_turn": []}
+        stops = [r.at for r in sim.of_type("input_audio_buffer.speech_stopped")]
         spoken = [s for s in segments if s.kind in ("say", "wav")]
         for k, seg in enumerate(spoken):
             # The reply to these words, if it began before the user spoke again.
@@ -240,6 +242,10 @@ class Runner:
             nxt = sim.heard.get(after[0]) if after else None
             if nxt is not None and nxt.first_audio_at is not None:
                 m["interruption" if seg.during_reply else "response"].append((nxt.first_audio_at - seg.offset) * ms)
+                # When the server decided the turn was over (speech_stopped arrived).
+                decided = [at for at in stops if at >= seg.offset]
+                if decided:
+                    m["end_of_turn"].append((decided[0] - seg.offset) * ms)
             if seg.during_reply:
                 for h in sim.heard.values():
                     if h.stopped_at is not None and h.stopped_at >= seg.onset and (
