@@ -81,8 +81,14 @@ class Connection:
         """One client message: decoded, fed to the session, its outcome carried out."""
         now = self.loop.time()
         if isinstance(message, bytes):
-            err = ProtocolError("binary_not_supported", "binary frames are not accepted; send JSON text events")
-            await self.send(self.session.error(err))
+            if len(message) > self.server.config.max_message_bytes:
+                err = ProtocolError("message_too_large", f"binary frame of {len(message)} bytes exceeds the limit "
+                                    f"of {self.server.config.max_message_bytes} bytes")
+                await self.send(self.session.error(err))
+                return
+            outputs = self.session.feed_binary(message, now)
+            self._nudge()
+            await self.execute(outputs)
             return
         try:
             event = decode(message, max_bytes=self.server.config.max_message_bytes)
@@ -120,13 +126,20 @@ class Connection:
     async def send(self, events: Iterable[dict[str, Any]]) -> None:
         """Send a batch of events back to back: nothing else interleaves with it."""
         dialect = self.session.dialect
-        texts = [t for t in (encode(e, dialect) for e in events) if t is not None]
-        if not texts:
+        frames: list[str | bytes] = []
+        for event in events:
+            audio = event.pop("audio_bytes", None) if "audio_bytes" in event else None
+            text = encode(event, dialect)
+            if text is not None:
+                frames.append(text)
+                if audio is not None:
+                    frames.append(audio)  # binary audio mode: the PCM follows its header
+        if not frames:
             return
         async with self._send_lock:
-            for text in texts:
-                await self.ws.send(text)
-                self.server.bytes_out += len(text)
+            for frame in frames:
+                await self.ws.send(frame)
+                self.server.bytes_out += len(frame)
 
     async def _settle(self) -> None:
         """Wait until nothing more follows from what has been received: recognitions

@@ -163,7 +163,21 @@ class Session:
 
     # -- input audio ---------------------------------------------------------
     def _on_input_audio_buffer_append(self, data: dict[str, Any], now: float) -> Output:
-        raw = decode_audio(data["audio"], "audio")
+        return self._append(decode_audio(data["audio"], "audio"), now)
+
+    def feed_binary(self, raw: bytes, now: float) -> Output:
+        """A binary frame: raw PCM16 microphone audio, when the session allows it."""
+        try:
+            if not self.settings.binary_audio:
+                raise ProtocolError("binary_not_enabled",
+                                    "binary frames carry audio only after session.update sets binary_audio: true")
+            if len(raw) % 2:
+                raise ProtocolError("invalid_audio", f"binary audio frame has an odd number of bytes ({len(raw)})")
+            return self._append(raw, now)
+        except ProtocolError as err:
+            return self.error(err)
+
+    def _append(self, raw: bytes, now: float) -> Output:
         if self._listener is None and len(self._input) + len(raw) > self.limits.max_input_buffer_bytes:
             raise ProtocolError(
                 "input_audio_buffer_full",

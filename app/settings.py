@@ -58,6 +58,9 @@ class SessionSettings:
     transcription: dict[str, Any] | None = None
     pacing: Pacing = field(default_factory=Pacing)
     max_output_tokens: int | str = "inf"
+    binary_audio: bool = False
+    """Extension: microphone audio may come as binary frames of raw PCM16, and each
+    audio delta goes out as its JSON header followed by one binary frame."""
 
     def to_ga(self, session_id: str) -> dict[str, Any]:
         """The GA ``session`` object."""
@@ -82,6 +85,7 @@ class SessionSettings:
             },
             "max_output_tokens": self.max_output_tokens,
             "pacing": asdict(self.pacing),
+            "binary_audio": self.binary_audio,
         }
 
     def to_beta(self, session_id: str) -> dict[str, Any]:
@@ -100,6 +104,7 @@ class SessionSettings:
             "turn_detection": _turn_dict(self.turn_detection),
             "max_response_output_tokens": self.max_output_tokens,
             "pacing": asdict(self.pacing),
+            "binary_audio": self.binary_audio,
             "input_audio_rate": self.input_rate,
             "output_audio_rate": self.output_rate,
         }
@@ -237,6 +242,8 @@ def apply_update(
             if value is not None:
                 check_type(value, (dict,), param)
             s = replace(s, transcription=value)
+    if "binary_audio" in update:
+        s = replace(s, binary_audio=_get(update, "binary_audio", (bool,), f"{p}.binary_audio"))
     if "pacing" in update:
         pacing = _get(update, "pacing", (dict,), f"{p}.pacing")
         enabled = _get(pacing, "enabled", (bool,), f"{p}.pacing.enabled") if "enabled" in pacing else s.pacing.enabled

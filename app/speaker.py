@@ -191,12 +191,14 @@ class Speaker:
         if n:
             if r.first_audio is None:
                 r.first_audio = now
-            out.append(s.event(
-                "response.output_audio.delta", **self._ids(r),
-                delta=base64.b64encode(chunk.audio.to_bytes()).decode("ascii"),
-                epoch=r.epoch, seq=event.seq, input_watermark=event.input_watermark,
-                audio_start_ms=chunk.start * 1000 // chunk.audio.rate,
-            ))
+            fields = {"epoch": r.epoch, "seq": event.seq, "input_watermark": event.input_watermark,
+                      "audio_start_ms": chunk.start * 1000 // chunk.audio.rate}
+            if s.settings.binary_audio:  # the edge sends the PCM as the next binary frame
+                out.append(s.event("response.output_audio.delta", **self._ids(r), **fields, binary=True,
+                                   audio_bytes=chunk.audio.to_bytes()))
+            else:
+                out.append(s.event("response.output_audio.delta", **self._ids(r), **fields,
+                                   delta=base64.b64encode(chunk.audio.to_bytes()).decode("ascii")))
             r.playout.on_sent(n, self._t(now))
             r.item.audio_samples += n
         if chunk.words:

@@ -7,6 +7,7 @@ plays what it receives through a simulated speaker on the same clock.
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import numpy as np
@@ -249,3 +250,37 @@ async def test_threshold_and_prefix_padding_are_honoured(server, talker):
     wide, narrow = await started(prefix_padding_ms=300), await started(prefix_padding_ms=100)
     assert wide[0]["audio_start_ms"] == narrow[0]["audio_start_ms"] - 200
     assert await started(threshold=1.0) == []  # nothing is that certain to be speech
+
+
+async def test_binary_audio_mode(server, talker):
+    """Opt-in binary frames: raw PCM16 in, JSON header + binary PCM out, no base64."""
+    ws = await websockets.connect(f"ws://127.0.0.1:{server.port}/v1/realtime", max_size=None)
+    assert json.loads(await ws.recv())["type"] == "session.created"
+    await ws.send(json.dumps({"type": "session.update", "session": {"binary_audio": True, "pacing": {"enabled": False}}}))
+    assert json.loads(await ws.recv())["session"]["binary_audio"] is True
+    await ws.send(b"\x01\x02\x03")  # odd length: refused, nothing else changes
+    err = json.loads(await ws.recv())
+    assert err["type"] == "error" and err["error"]["code"] == "invalid_audio"
+    words = trim(await speech(talker, "hello how are you today"), RATE)
+    for part in np.array_split(mix(silence(0.5), words, silence(1.0)), 60):
+        await ws.send(part.astype("<i2").tobytes())
+    audio, heard, header = bytearray(), None, None
+    while True:
+        msg = await asyncio.wait_for(ws.recv(), 30)
+        if isinstance(msg, bytes):
+            assert header is not None, "a binary frame always follows its delta header"
+            audio += msg
+            header = None
+            continue
+        assert header is None, "the header's binary frame must come next"
+        event = json.loads(msg)
+        if event["type"] == "response.output_audio.delta":
+            assert event["binary"] is True and "delta" not in event and event["epoch"] == 1
+            header = event
+        elif event["type"] == "conversation.item.input_audio_transcription.completed":
+            heard = event["transcript"]
+        elif event["type"] == "response.done":
+            break
+    assert wer("hello how are you today", heard) <= 0.4
+    assert len(audio) > RATE  # more than half a second of PCM16
+    await ws.close()

@@ -123,7 +123,7 @@ async def test_bad_input_gets_named_errors_and_loses_nothing(make_server):
     await expect("invalid_value", c.send("conversation.item.create", item={"type": "message", "role": "robot", "content": []}))
     await expect("item_not_found", c.send("conversation.item.retrieve", item_id="nope"))
     await expect("response_cancel_not_active", c.send("response.cancel"))
-    await expect("binary_not_supported", c.send_raw(b"\x00\x01"))
+    await expect("binary_not_enabled", c.send_raw(b"\x00\x01"))
     # A failed session.update changed nothing: the default voice still works.
     # Everything accepted before is still there, and the session still answers.
     await c.send("conversation.item.retrieve", item_id=kept)
