@@ -17,6 +17,10 @@ import numpy as np
 import soxr
 
 ASR_RATE = 16000
+DITHER_RMS = 30.0
+"""pocketsphinx does badly on digital silence (its cepstral normalisation sees no
+energy): measured on eSpeak speech here, word error fell from 69% to 17% with
+this much dither. Seeded, so the same audio always gives the same words."""
 
 
 class Recognizer(Protocol):
@@ -62,7 +66,8 @@ class PocketsphinxRecognizer:
         if pcm.size == 0:
             return ""
         x = pcm if rate == ASR_RATE else soxr.resample(pcm, rate, ASR_RATE)
-        data = np.ascontiguousarray(x, dtype="<i2").tobytes()
+        x = x.astype(np.float64) + np.random.default_rng(0).normal(0.0, DITHER_RMS, x.size)
+        data = np.clip(np.rint(x), -32768, 32767).astype("<i2").tobytes()
         decoder = self._borrow()
         try:
             decoder.start_utt()

@@ -1,0 +1,111 @@
+"""The web client in a real headless Chromium, with a WAV file as its microphone.
+
+Needs Debian's ``chromium`` (``.ci/run`` installs it) and the Playwright package.
+Without them the test is skipped with the reason printed; CI installs both, so
+there it runs.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from app.sounds import mix, silence, speech, trim, write_wav
+from tests.test_duplex import wer
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+playwright = pytest.importorskip("playwright.async_api", reason="the browser test needs the playwright package")
+pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed")
+ARTIFACTS = Path(os.environ.get("DUPLEX_ARTIFACTS", Path(__file__).resolve().parent.parent / "artifacts"))
+RATE = 48000
+
+
+async def _microphone(talker, path: Path) -> dict[str, float]:
+    """One track: a question, room for its reply, a longer question, then a barge-in over its reply."""
+    a = trim(await speech(talker, "hello how are you today", RATE), RATE)
+    b = trim(await speech(talker, "please tell me a story about a dog and a cat", RATE), RATE)
+    c = trim(await speech(talker, "wait, please stop talking now", RATE), RATE)
+    track = mix(silence(1.5, RATE), a, silence(5.0, RATE), b, silence(1.9, RATE), c, silence(5.0, RATE))
+    write_wav(path, RATE, (track // 2).astype(track.dtype))  # -6 dB: a microphone, not a line level
+    return {"seconds": track.size / RATE}
+
+
+async def test_browser_client_hears_plays_and_is_interrupted(server, talker, tmp_path):
+    mic = tmp_path / "mic.wav"
+    await _microphone(talker, mic)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    args = [
+        "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--use-fake-ui-for-media-stream",
+        "--use-fake-device-for-media-stream", f"--use-file-for-fake-audio-capture={mic}%noloop",
+        "--autoplay-policy=no-user-gesture-required",
+    ]
+    async with playwright.async_playwright() as p:
+        browser = await p.chromium.launch_persistent_context(
+            str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True, args=args,
+            viewport={"width": 420, "height": 860},
+        )
+        try:
+            page = browser.pages[0] if browser.pages else await browser.new_page()
+            console: list[str] = []
+            page.on("console", lambda m: console.append(f"{m.type}: {m.text}"))
+            page.on("pageerror", lambda e: console.append(f"pageerror: {e}"))
+            await page.goto(f"http://127.0.0.1:{server.port}/")
+            await page.keyboard.press("Tab")  # the page works from the keyboard: Connect has focus first
+            assert await page.evaluate("document.activeElement.id") == "connect"
+            await page.keyboard.press("Enter")
+            await page.wait_for_function("window.duplex.state === 'listening'", timeout=15_000)
+
+            # 1. The user's speech reaches the server and is transcribed.
+            await page.wait_for_function("window.duplex.transcripts.length >= 1", timeout=20_000)
+            heard = await page.evaluate("window.duplex.transcripts[0]")
+            assert wer("hello how are you today", heard) <= 0.4, heard
+
+            # 2. The reply is played by the page: its worklet counts the whole reply.
+            await page.wait_for_function("""() => {
+                const d = window.duplex, ids = Object.keys(d.received);
+                return ids.length >= 1 && d.events.includes('response.done')
+                    && (d.played[ids[0]] || 0) >= d.received[ids[0]] * 0.98; }""", timeout=20_000)
+            first = await page.evaluate("Object.keys(window.duplex.received)[0]")
+            received = await page.evaluate(f"window.duplex.received['{first}']")
+            played = await page.evaluate(f"window.duplex.played['{first}']")
+            assert received > 24000 * 0.8 and abs(played - received) <= 0.02 * received
+
+            # 3. Talking over the second reply stops output within 150 ms of the pause event,
+            #    and the page shows the reply cut where the listener stopped hearing it.
+            await page.wait_for_function("window.duplex.pauses.length >= 1", timeout=30_000)
+            await page.wait_for_function("document.querySelector('.msg.assistant.truncated .cut') !== null",
+                                         timeout=20_000)
+            await page.screenshot(path=str(ARTIFACTS / "browser-mid-conversation.png"), full_page=True)
+            pause = await page.evaluate("window.duplex.pauses[0]")
+            stop_ms = await page.evaluate("window.duplex.stopMs[0]")
+            assert pause["wasLive"], "the reply was audibly playing when the pause came"
+            assert stop_ms <= 150, f"output stopped {stop_ms:.0f} ms after the pause event"
+            truncated = await page.evaluate("window.duplex.truncated[0]")
+            second = await page.evaluate("Object.keys(window.duplex.received)[1]")
+            assert truncated["response_id"] == second
+            assert 0 < truncated["audio_end_ms"] < await page.evaluate(f"window.duplex.received['{second}']") / 24
+            assert await page.locator(".msg.assistant.truncated .unheard").count() == 1
+
+            # 4. Settings switch the session to binary audio frames; a typed message is
+            #    answered and played through that path (once the interruption's own reply is over).
+            await page.wait_for_function("""() => window.duplex.events.filter(e => e === 'response.done').length >= 3
+                && window.duplex.buffered === 0""", timeout=20_000)
+            await page.click("#settings summary")
+            await page.check("#binary")
+            await page.fill("#silence", "600")
+            await page.click("#settings-form button[type=submit]")
+            await page.wait_for_function("window.duplex.binary === true", timeout=10_000)
+            replies = await page.evaluate("Object.keys(window.duplex.received).length")
+            await page.fill("#text", "binary frames work")
+            await page.keyboard.press("Enter")
+            await page.wait_for_function(f"""() => {{
+                const d = window.duplex, ids = Object.keys(d.received);
+                return ids.length > {replies} && (d.played[ids[ids.length - 1]] || 0) > 12000; }}""", timeout=20_000)
+            await page.locator(".msg.assistant .text", has_text="binary frames work").wait_for(timeout=10_000)
+            assert await page.evaluate("window.duplex.errors") == [], console
+        finally:
+            await browser.close()

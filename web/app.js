@@ -1,0 +1,274 @@
+// The page: connects the microphone and speaker to a Duplex session and shows the
+// conversation, state, levels and latencies. `window.duplex` exposes what the page
+// measured, for tests and for the curious.
+
+import { AudioEngine } from "./audio.js";
+import { RealtimeClient } from "./realtime.js";
+
+const $ = (id) => document.getElementById(id);
+const INPUT_RATE = 24000;
+const OUTPUT_RATE = 24000;
+const ACK_MS = 200;
+
+const stats = {
+  state: "disconnected", events: [], played: {}, received: {}, firstAudioMs: [], stopMs: [],
+  pauses: [], truncated: [], transcripts: [], errors: [], inputSamples: 0,
+};
+window.duplex = stats;
+
+let client = null;
+let engine = null;
+let muted = false;
+let ackTimer = null;
+let turnEndedAt = null; // performance.now() when the user's turn ended (or a typed message was sent)
+let lastPauseAt = null; // AudioContext time when the last pause event arrived
+const bubbles = new Map(); // response id -> {el, text, itemId, status}
+const itemToResponse = new Map();
+
+function setState(state) {
+  stats.state = state;
+  const el = $("state");
+  el.dataset.state = state;
+  el.textContent = state.replace("-", " ");
+}
+
+function showError(message) {
+  stats.errors.push(message);
+  const box = $("errors");
+  const p = document.createElement("p");
+  p.textContent = message;
+  box.append(p);
+  box.hidden = false;
+  while (box.children.length > 4) box.firstChild.remove();
+}
+
+function addMessage(role, text) {
+  const el = document.createElement("div");
+  el.className = `msg ${role}`;
+  const who = document.createElement("span");
+  who.className = "who";
+  who.textContent = role === "user" ? "You" : "Duplex";
+  const body = document.createElement("span");
+  body.className = "text";
+  body.textContent = text;
+  el.append(who, body);
+  $("conversation").append(el);
+  el.scrollIntoView({ block: "end" });
+  return el;
+}
+
+function showTruncated(rid, keptText, endMs) {
+  const b = bubbles.get(rid);
+  if (!b) return;
+  b.el.classList.add("truncated");
+  const body = b.el.querySelector(".text");
+  const heard = document.createElement("span");
+  heard.className = "heard";
+  heard.textContent = keptText;
+  const cut = document.createElement("span");
+  cut.className = "cut";
+  cut.textContent = "✂";
+  cut.title = `cut at ${(endMs / 1000).toFixed(2)} s`;
+  const unheard = document.createElement("span");
+  unheard.className = "unheard";
+  unheard.textContent = b.text.slice(keptText.length);
+  body.replaceChildren(heard, cut, unheard);
+}
+
+function settingsBody() {
+  return {
+    audio: { input: { format: { type: "audio/pcm", rate: INPUT_RATE },
+                      turn_detection: { type: "server_vad", threshold: Number($("threshold").value),
+                                        silence_duration_ms: Number($("silence").value) } },
+             output: { format: { type: "audio/pcm", rate: OUTPUT_RATE }, voice: $("voice").value } },
+    binary_audio: $("binary").checked,
+  };
+}
+
+function applySettings() {
+  if (!client) return;
+  client.binary = false; // until the server confirms
+  client.send("session.update", { session: settingsBody() });
+}
+
+function onServerEvent(e) {
+  stats.events.push(e.type);
+  switch (e.type) {
+    case "session.updated":
+      client.binary = Boolean(e.session.binary_audio);
+      stats.binary = client.binary;
+      break;
+    case "input_audio_buffer.speech_started":
+      setState("user-speaking");
+      break;
+    case "input_audio_buffer.speech_stopped":
+      turnEndedAt = performance.now();
+      setState("listening");
+      break;
+    case "conversation.item.input_audio_transcription.completed":
+      stats.transcripts.push(e.transcript);
+      addMessage("user", e.transcript || "(nothing recognised)");
+      break;
+    case "response.created": {
+      const rid = e.response.id;
+      bubbles.set(rid, { el: addMessage("assistant", ""), text: "", firstAudio: false });
+      break;
+    }
+    case "response.output_item.added":
+      itemToResponse.set(e.item.id, e.response_id);
+      break;
+    case "response.output_audio_transcript.delta": {
+      const b = bubbles.get(e.response_id);
+      if (b) {
+        b.text += e.delta;
+        b.el.querySelector(".text").textContent = b.text;
+      }
+      break;
+    }
+    case "response.output_audio.paused":
+      lastPauseAt = engine.now;
+      engine.pause(e.response_id);
+      setState("interrupted");
+      break;
+    case "response.output_audio.resumed":
+      engine.resume();
+      setState("replying");
+      break;
+    case "response.done": {
+      const r = e.response;
+      engine.end(r.id);
+      if (r.status !== "completed") {
+        engine.drop(r.id);
+        const b = bubbles.get(r.id);
+        if (b) b.el.classList.add("cancelled");
+      }
+      if (r.status === "cancelled" || stats.state === "interrupted") setState("listening");
+      break;
+    }
+    case "conversation.item.truncated": {
+      const rid = itemToResponse.get(e.item_id);
+      if (rid) engine.drop(rid);
+      stats.truncated.push({ response_id: rid, item_id: e.item_id, audio_end_ms: e.audio_end_ms });
+      client.send("conversation.item.retrieve", { item_id: e.item_id });
+      setState("listening");
+      break;
+    }
+    case "conversation.item.retrieved": {
+      const rid = itemToResponse.get(e.item.id);
+      const t = stats.truncated.find((x) => x.item_id === e.item.id);
+      const part = e.item.content && e.item.content[0];
+      if (rid && t && part) showTruncated(rid, part.transcript || "", t.audio_end_ms);
+      break;
+    }
+    case "error":
+      showError(`${e.error.code}: ${e.error.message}`);
+      break;
+    default:
+  }
+}
+
+function onAudio({ event, pcm }) {
+  const rid = event.response_id;
+  stats.received[rid] = (stats.received[rid] || 0) + pcm.length;
+  const b = bubbles.get(rid);
+  if (b && !b.firstAudio) {
+    b.firstAudio = true;
+    if (turnEndedAt !== null) {
+      const ms = performance.now() - turnEndedAt;
+      stats.firstAudioMs.push(ms);
+      $("lat-first").textContent = `${Math.round(ms)} ms`;
+      turnEndedAt = null;
+    }
+  }
+  engine.push(rid, event.epoch, pcm);
+}
+
+function onPlayback(m) {
+  if (m.type === "stats") {
+    stats.played = m.played;
+    stats.current = m.current;
+    stats.buffered = m.buffered;
+    $("out-level").value = Math.min(1, m.level * 4);
+    if (m.current && !m.paused && m.buffered > 0 && stats.state !== "user-speaking") setState("replying");
+    else if (stats.state === "replying" && m.buffered === 0 && !m.paused) setState("listening");
+  } else if (m.type === "paused" && lastPauseAt !== null) {
+    // How long after the server's pause event the speaker actually went quiet.
+    const ms = Math.max(0, (m.at - lastPauseAt) * 1000);
+    stats.pauses.push({ eventAt: lastPauseAt, stoppedAt: m.at, wasLive: m.wasLive });
+    stats.stopMs.push(ms);
+    $("lat-stop").textContent = `${Math.round(ms)} ms`;
+  }
+}
+
+function sendAck() {
+  const rid = stats.current;
+  if (!client || !rid || stats.played[rid] === undefined) return;
+  client.send("playback.ack", { response_id: rid, played_samples: stats.played[rid],
+                                input_samples: stats.inputSamples });
+}
+
+async function connect() {
+  $("connect").disabled = true;
+  try {
+    const scheme = location.protocol === "https:" ? "wss" : "ws";
+    client = new RealtimeClient(`${scheme}://${location.host}/v1/realtime`);
+    client.addEventListener("event", (e) => onServerEvent(e.detail));
+    client.addEventListener("audio", (e) => onAudio(e.detail));
+    client.addEventListener("problem", (e) => showError(e.detail));
+    client.addEventListener("close", (e) => {
+      if (stats.state !== "disconnected") showError(`connection closed (${e.detail.code}) ${e.detail.reason}`);
+      hangUp();
+    });
+    await client.connect();
+    engine = new AudioEngine();
+    await engine.start({ inputRate: INPUT_RATE, outputRate: OUTPUT_RATE });
+    engine.addEventListener("capture", (e) => {
+      const m = e.detail;
+      stats.inputSamples = m.samples;
+      $("in-level").value = Math.min(1, m.level * 4);
+      client.sendAudio(new Int16Array(m.pcm));
+    });
+    engine.addEventListener("playback", (e) => onPlayback(e.detail));
+    applySettings();
+    ackTimer = setInterval(sendAck, ACK_MS);
+    setState("listening");
+    for (const id of ["mute", "end", "text", "send"]) $(id).disabled = false;
+  } catch (err) {
+    showError(String(err.message || err));
+    hangUp();
+  }
+}
+
+async function hangUp() {
+  clearInterval(ackTimer);
+  const c = client;
+  client = null;
+  if (c) c.close();
+  if (engine) await engine.stop();
+  engine = null;
+  setState("disconnected");
+  $("connect").disabled = false;
+  for (const id of ["mute", "end", "text", "send"]) $(id).disabled = true;
+}
+
+$("connect").addEventListener("click", connect);
+$("end").addEventListener("click", hangUp);
+$("mute").addEventListener("click", () => {
+  muted = !muted;
+  $("mute").setAttribute("aria-pressed", String(muted));
+  $("mute").textContent = muted ? "Unmute" : "Mute";
+  if (engine) engine.mute(muted);
+});
+$("typed").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  const text = $("text").value.trim();
+  if (!text || !client) return;
+  addMessage("user", text);
+  client.send("conversation.item.create", { item: { type: "message", role: "user",
+                                                    content: [{ type: "input_text", text }] } });
+  client.send("response.create");
+  turnEndedAt = performance.now();
+  $("text").value = "";
+});
+$("threshold").addEventListener("input", () => { $("threshold-value").textContent = $("threshold").value; });
+$("settings-form").addEventListener("submit", (ev) => { ev.preventDefault(); applySettings(); });
