@@ -65,17 +65,19 @@ async def serve(config: ServerConfig) -> None:
     from pipeline.vocoders.pcm import PcmVocoder
 
     talker = EspeakTalker()
-    talker.check_voice(config.voice)
-    server = DuplexServer(talker, PcmVocoder(), config, vad_model=SileroModel(), recognizer=PocketsphinxRecognizer())
-    await server.start()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    server.close()
-    await server.wait_closed()
-    await talker.aclose()
+    try:
+        talker.check_voice(config.voice)
+        server = DuplexServer(talker, PcmVocoder(), config, vad_model=SileroModel(), recognizer=PocketsphinxRecognizer())
+        await server.start()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        server.close()
+        await server.wait_closed()
+    finally:
+        await talker.aclose()
 
 
 def main(argv: list[str] | None = None) -> int:

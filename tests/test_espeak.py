@@ -127,3 +127,20 @@ def test_split_for_speech_keeps_offsets():
     assert all(len(p) <= 50 for _, p in pieces)
     assert all(text[o:o + len(p)] == p for o, p in pieces)
     assert "".join(p for _, p in pieces).split() == text.split()
+
+
+async def test_two_runtimes_share_the_one_library_safely(talker: EspeakTalker):
+    """libespeak-ng is process state: a second runtime must not re-initialise it or
+    leave the first one speaking with the wrong voice."""
+    text = "The same words in two voices."
+
+    async def length(t: EspeakTalker, voice: str) -> int:
+        return sum([c.audio.length async for c in t.speak(SpeechRequest("r", text, voice=voice))])
+
+    before = await length(talker, "en-us+klatt2")
+    other = EspeakTalker(EspeakRuntime())
+    french = await length(other, "fr")
+    after = await length(talker, "en-us+klatt2")
+    await other.aclose()
+    assert abs(after - before) < 0.02 * before, "the first runtime spoke with the other's voice"
+    assert abs(french - before) > 0.05 * before

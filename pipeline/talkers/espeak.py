@@ -27,8 +27,37 @@ import numpy as np
 from pipeline.frames import AudioBuffer
 from pipeline.talker import SpeechRequest, TalkerChunk, TalkerError, WordMark
 
-# The C library keeps one synthesiser per process whatever Python does.
-_LIBRARY_LOCK = threading.Lock()
+class _Library:
+    """The C library's process-wide state, as Python sees it.
+
+    libespeak-ng keeps one synthesiser per process whatever Python does: it is
+    initialised once, and its current voice is shared. This is the one piece of
+    module state in the project, because the thing it describes is process state.
+    """
+
+    lock = threading.Lock()
+    handle: ctypes.CDLL | None = None
+    sample_rate = 0
+    voice: str | None = None
+
+    @classmethod
+    def open(cls) -> ctypes.CDLL:
+        with cls.lock:
+            if cls.handle is None:
+                lib = ctypes.CDLL(espeakng_loader.get_library_path())
+                lib.espeak_Synth.argtypes = [
+                    ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint, ctypes.c_int, ctypes.c_uint,
+                    ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p,
+                ]
+                lib.espeak_ListVoices.restype = ctypes.POINTER(ctypes.POINTER(_Voice))
+                rate = lib.espeak_Initialize(
+                    _AUDIO_OUTPUT_SYNCHRONOUS, 0, espeakng_loader.get_data_path().encode(), _INITIALIZE_DONT_EXIT
+                )
+                if rate <= 0:
+                    raise TalkerError(f"espeak_Initialize returned {rate}")
+                cls.sample_rate = int(rate)
+                cls.handle = lib
+            return cls.handle
 
 _AUDIO_OUTPUT_SYNCHRONOUS = 2
 _INITIALIZE_DONT_EXIT = 0x8000
@@ -141,20 +170,17 @@ class EspeakRuntime:
     """Owns the eSpeak NG library on one worker thread; shared by every session."""
 
     def __init__(self) -> None:
-        self._lib = ctypes.CDLL(espeakng_loader.get_library_path())
-        self._lib.espeak_Synth.argtypes = [
-            ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint, ctypes.c_int, ctypes.c_uint,
-            ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p,
-        ]
-        self._lib.espeak_ListVoices.restype = ctypes.POINTER(ctypes.POINTER(_Voice))
+        try:
+            self._lib = _Library.open()
+        except (OSError, TalkerError) as exc:
+            raise TalkerError(f"eSpeak NG failed to start: {exc}") from None
+        self.sample_rate = _Library.sample_rate
         # A reply's first clause jumps the queue: it is what the listener waits
         # for, while later clauses are wanted only when buffered audio runs low.
         self._jobs: queue.PriorityQueue[tuple[int, int, _Job | None]] = queue.PriorityQueue()
         self._order = itertools.count()
         self._current: _Job | None = None
-        self._voice: str | None = None
         self._callback = _CALLBACK(self._on_audio)  # kept referenced: C holds the pointer
-        self._ready = threading.Event()
         self._idle = threading.Condition()
         self._outstanding = 0
         self.jobs_started = 0
@@ -163,26 +189,13 @@ class EspeakRuntime:
         """Clauses stopped mid-synthesis because their reply was cancelled."""
         self.jobs_skipped = 0
         """Clauses cancelled before synthesis began."""
-        self._error: BaseException | None = None
-        self.sample_rate = 0
         self._thread = threading.Thread(target=self._run, name="espeak", daemon=True)
         self._thread.start()
-        self._ready.wait()
-        if self._error is not None:
-            raise TalkerError(f"eSpeak NG failed to start: {self._error}")
         self._voice_names = self._list_voices()
         self._variants = self._list_variants()
 
-    def _init_library(self) -> None:
-        rate = self._lib.espeak_Initialize(
-            _AUDIO_OUTPUT_SYNCHRONOUS, 0, espeakng_loader.get_data_path().encode(), _INITIALIZE_DONT_EXIT
-        )
-        if rate <= 0:
-            raise TalkerError(f"espeak_Initialize returned {rate}")
-        self.sample_rate = int(rate)
-
     def _list_voices(self) -> list[str]:
-        with _LIBRARY_LOCK:
+        with _Library.lock:
             voices = self._lib.espeak_ListVoices(None)
         names: set[str] = set()
         i = 0
@@ -199,14 +212,6 @@ class EspeakRuntime:
         return sorted(p.name.lower() for p in folder.iterdir()) if folder.is_dir() else []
 
     def _run(self) -> None:
-        try:
-            with _LIBRARY_LOCK:
-                self._init_library()
-        except BaseException as exc:  # reported to the constructor
-            self._error = exc
-        self._ready.set()
-        if self._error is not None:
-            return
         while (job := self._jobs.get()[2]) is not None:
             try:
                 if job.cancelled.is_set():
@@ -229,12 +234,13 @@ class EspeakRuntime:
 
     def _synthesise(self, job: _Job) -> None:
         data = job.text.encode("utf-8") + b"\0"
-        with _LIBRARY_LOCK:
+        with _Library.lock:
             self._lib.espeak_SetSynthCallback(self._callback)
-            if job.voice != self._voice:
+            if job.voice != _Library.voice:
+                _Library.voice = None
                 if self._lib.espeak_SetVoiceByName(job.voice.encode()) != 0:
                     raise TalkerError(f"eSpeak NG has no voice {job.voice!r}")
-                self._voice = job.voice
+                _Library.voice = job.voice
             self._lib.espeak_SetParameter(_PARAM_RATE, job.wpm, 0)
             self._current = job
             try:
