@@ -28,7 +28,41 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--parallel", action="store_true", help="run the scenarios on concurrent connections")
     replay.add_argument("--report", default="replay-report.json", help="where to write the JSON report")
     replay.add_argument("--wav-dir", default="replays", help="where to write one WAV per scenario (mic left, speaker right)")
+    mic = sub.add_parser("mic", help="talk to a server from this machine's microphone and speaker")
+    mic.add_argument("--url", default="ws://127.0.0.1:8765/v1/realtime", help="the server's Realtime WebSocket")
+    mic.add_argument("--input", default=None, help="input device (name or index; default: the system's)")
+    mic.add_argument("--output", default=None, help="output device (name or index; default: the system's)")
+    mic.add_argument("--rate", type=int, default=None, help="device sample rate (default: the input device's)")
+    mic.add_argument("--list-devices", action="store_true", help="list audio devices and exit")
+    mic.add_argument("--no-echo-gate", action="store_true", help="send the microphone as is (use with headphones)")
+    mic.add_argument("--jack-name", default=None, help="JACK client name, when PortAudio runs on JACK")
     return parser
+
+
+def mic(args: argparse.Namespace) -> int:
+    """``duplex mic``: a clear message, not a traceback, for every problem a user can fix."""
+    from app.mic import DemoError, MicDemo, list_devices
+
+    try:
+        if args.list_devices:
+            print(list_devices())
+            return 0
+
+        def device(value: str | None):
+            return int(value) if value is not None and value.isdigit() else value
+
+        demo = MicDemo(args.url, input_device=device(args.input), output_device=device(args.output),
+                       rate=args.rate, echo_gate=not args.no_echo_gate, client_name=args.jack_name)
+        asyncio.run(demo.run())
+    except DemoError as exc:
+        print(f"duplex mic: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # no PortAudio library at all
+        print(f"duplex mic: audio is not available: {exc} (install libportaudio2)", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+    return 0
 
 
 def replay(args: argparse.Namespace) -> int:
@@ -85,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "replay":
         logging.basicConfig(level=logging.WARNING)
         return replay(args)
+    if args.command == "mic":
+        return mic(args)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("websockets").setLevel(logging.WARNING)  # one line per HTTP request is noise
     if args.command == "serve":

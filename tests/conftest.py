@@ -56,7 +56,7 @@ async def make_server(talker: EspeakTalker, vad_model, recognizer) -> AsyncItera
     started: list[DuplexServer] = []
 
     async def make(**config) -> DuplexServer:
-        srv = DuplexServer(talker, PcmVocoder(), ServerConfig(host="127.0.0.1", port=0, **config),
+        srv = DuplexServer(talker, PcmVocoder(), ServerConfig(**{"host": "127.0.0.1", "port": 0, **config}),
                            vad_model=vad_model, recognizer=recognizer)
         await srv.start()
         started.append(srv)
