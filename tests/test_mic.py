@@ -107,6 +107,9 @@ class Room:
         if getattr(self, "stream", None) is not None:
             self.stream.stop()
             self.stream.close()
+            self.stream = None
+            # Leave JACK now: PortAudio asserts if it is still a client when jackd goes.
+            self.sd._terminate()
 
 
 def _rms(x: np.ndarray, hop: int = RATE // 20) -> np.ndarray:
