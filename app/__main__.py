@@ -8,6 +8,7 @@ import logging
 import signal
 import sys
 
+from app.backends import BackendChoice, BackendError, build
 from app.config import DEFAULT_HOST, DEFAULT_PORT, ServerConfig
 
 
@@ -18,6 +19,15 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST})")
     serve.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
     serve.add_argument("--voice", default="alloy", help="default voice (an OpenAI voice name or an eSpeak NG voice)")
+    serve.add_argument("--talker", choices=["espeak", "vllm"], default="espeak",
+                       help="espeak: the built-in offline voice; vllm: a codec-token model served by vLLM")
+    serve.add_argument("--model", help="--talker vllm: a local checkpoint directory (run in this process)")
+    serve.add_argument("--remote-url", help="--talker vllm: a vLLM OpenAI-compatible server instead of --model")
+    serve.add_argument("--remote-model", help="the model name that server serves")
+    serve.add_argument("--codec-layout", default="orpheus", help="prompt and token layout: 'orpheus' or a JSON file")
+    serve.add_argument("--vocoder", choices=["pcm", "snac"], help="default: pcm for espeak, snac for vllm")
+    serve.add_argument("--vocoder-weights", help="--vocoder snac: a local SNAC checkpoint directory")
+    serve.add_argument("--dtype", default="float32", help="vLLM weights dtype (float32 is safe on any CPU)")
     serve.add_argument("--max-sessions", type=int, default=200)
     serve.add_argument("--max-message-bytes", type=int, default=2 * 1024 * 1024)
     serve.add_argument("--log-level", default="INFO")
@@ -90,18 +100,19 @@ def replay(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-async def serve(config: ServerConfig) -> None:
+async def serve(config: ServerConfig, backends: BackendChoice) -> None:
     """Run until SIGINT/SIGTERM, then close every session with a close frame."""
     from app.server import DuplexServer
     from pipeline.asr import PocketsphinxRecognizer
-    from pipeline.talkers.espeak import EspeakTalker
     from pipeline.vad import SileroModel
-    from pipeline.vocoders.pcm import PcmVocoder
 
-    talker = EspeakTalker()
+    talker, vocoder = await build(backends)
     try:
-        talker.check_voice(config.voice)
-        server = DuplexServer(talker, PcmVocoder(), config, vad_model=SileroModel(), recognizer=PocketsphinxRecognizer())
+        try:
+            talker.check_voice(config.voice)
+        except ValueError as exc:
+            raise BackendError(f"--voice: {exc}") from None
+        server = DuplexServer(talker, vocoder, config, vad_model=SileroModel(), recognizer=PocketsphinxRecognizer())
         await server.start()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -126,8 +137,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "serve":
         config = ServerConfig(host=args.host, port=args.port, voice=args.voice,
                               max_sessions=args.max_sessions, max_message_bytes=args.max_message_bytes)
+        backends = BackendChoice(talker=args.talker, model=args.model, remote_url=args.remote_url,
+                                 remote_model=args.remote_model, codec_layout=args.codec_layout,
+                                 vocoder=args.vocoder, vocoder_weights=args.vocoder_weights, dtype=args.dtype)
         try:
-            asyncio.run(serve(config))
+            asyncio.run(serve(config, backends))
+        except BackendError as exc:
+            print(f"duplex: {exc}", file=sys.stderr)
+            return 2
         except OSError as exc:
             print(f"duplex: cannot serve on {args.host}:{args.port}: {exc}", file=sys.stderr)
             return 1

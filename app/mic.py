@@ -117,10 +117,10 @@ class EchoGate:
 
     The echo path is measured at the start of each reply (its first half second,
     when the user has just stopped talking): the delay that best lines the
-    microphone's level up with the speaker's, and the coupling (the microphone's
-    level over the speaker's at that delay, 95th percentile). Each microphone
-    frame is then compared with the speaker's level that long ago. Before any
-    reply has been measured: 50 ms and 6 dB below the speaker.
+    microphone's level up with the speaker's, and the coupling (microphone level
+    over speaker level at that delay, 75th percentile where the speaker was
+    loud). Each microphone frame is then compared with the speaker's level that
+    long ago. Before any reply has been measured: 50 ms and 6 dB down.
     """
 
     margin: float = 2.0  # admit speech 6 dB above the expected echo
@@ -158,8 +158,11 @@ class EchoGate:
         if best is None:
             return
         _, self.delay, spk = best
-        ratios = mic[spk > self.floor] / spk[spk > self.floor]
-        self.coupling = float(np.clip(np.percentile(ratios, 95), 0.02, 1.0))
+        # Only where the speaker was loud: between words a late echo over a quiet
+        # block would make the coupling look far bigger than it is.
+        loud = spk >= max(self.floor, 0.3 * spk.max())
+        ratios = mic[loud] / spk[loud]
+        self.coupling = float(np.clip(np.percentile(ratios, 75), 0.02, 1.0))
 
 
 class MicDemo:

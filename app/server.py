@@ -54,6 +54,7 @@ class Connection:
             check_voice=server.talker.check_voice,
             limits=SessionLimits(max_input_buffer_bytes=cfg.max_input_buffer_bytes),
             vad_model=server.vad_model,
+            backend=(server.talker.name, server.talker.artifact_id),
         )
         self.session.clock.idle_s = cfg.input_idle_s
         self._send_lock = asyncio.Lock()

@@ -22,6 +22,7 @@ from app.protocol import GA, ClientEvent, EventIds, ProtocolError, error_event
 from app.settings import SessionSettings, apply_update
 from app.speaker import CancelReply, Speaker, StartReply
 from app.turns import Interrupt, Listener, Pause, Resume, Signal, Started, Stopped, Turn
+from pipeline.state import StateHandle
 from pipeline.stream import ChunkEvent
 from pipeline.vad import SileroModel
 
@@ -72,6 +73,7 @@ class Session:
         check_voice: Callable[[str], None] = lambda v: None,
         limits: SessionLimits | None = None,
         vad_model: SileroModel | None = None,
+        backend: tuple[str, str] = ("espeak", "builtin"),
     ) -> None:
         self.id = session_id
         self.dialect = dialect
@@ -82,6 +84,8 @@ class Session:
         self.conversation = Conversation()
         self.clock = SessionClock(now)
         self.speaker = Speaker(self)
+        self.state = StateHandle(session_id, backend[0], backend[1])
+        """This session's handle on backend state; the epoch moves on with every cancel."""
         self.input_samples = 0
         self._input = bytearray()  # manual-commit buffer, when server VAD is off
         self._listener: Listener | None = None

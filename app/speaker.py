@@ -103,7 +103,8 @@ class Speaker:
         ]
         item.content.append(part)
         if audio:
-            out.append(StartReply(rid, r.epoch, SpeechRequest(rid, text, voice, s.settings.speed), s.settings.output_rate))
+            request = SpeechRequest(rid, text, voice, s.settings.speed, s.state)
+            out.append(StartReply(rid, r.epoch, request, s.settings.output_rate))
         else:
             part["text"] = text
             out.append(s.event("response.output_text.delta", **self._ids(r), delta=text))
@@ -153,6 +154,7 @@ class Speaker:
     def cancel(self, r: Reply, reason: str) -> Output:
         """Retire the reply's epoch and end it as cancelled."""
         self.cancels[reason] = self.cancels.get(reason, 0) + 1
+        self.s.state = self.s.state.next_epoch()
         details = {"type": "cancelled", "reason": reason}
         return [CancelReply(r.id, r.epoch, reason), *self.finish(r, "cancelled", details)]
 

@@ -162,16 +162,22 @@ class Reply:
 
         try:
             async for event in self.talk_queue:
-                chunk = event.payload
+                chunks = [event.payload]
+                if self.vocoder.blocking:
+                    # A neural decode costs nearly the same for a few frames as for one:
+                    # take everything the talker has queued meanwhile.
+                    while len(chunks) < 32 and (more := self.talk_queue.get_nowait()) is not None:
+                        chunks.append(more.payload)
+                audio = _join([c.audio for c in chunks])
                 if stream is None:
-                    stream = self.vocoder.open(chunk.audio.rate, self.output_rate)
+                    stream = self.vocoder.open(audio.rate, self.output_rate)
                 pending.extend(
-                    WordMark(w.start, w.end, stream.output_position(w.position)) for w in chunk.words
+                    WordMark(w.start, w.end, stream.output_position(w.position)) for c in chunks for w in c.words
                 )
                 if self.vocoder.blocking:
-                    pcm = await asyncio.to_thread(stream.push, chunk.audio)
+                    pcm = await asyncio.to_thread(stream.push, audio)
                 else:
-                    pcm = stream.push(chunk.audio)
+                    pcm = stream.push(audio)
                 await emit(pcm)
             if stream is not None:
                 await emit(stream.flush(), final=True)
@@ -181,3 +187,12 @@ class Reply:
     async def _drain(self, sink: Sink) -> None:
         async for event in self.output_queue:
             await sink(event)
+
+
+def _join(buffers: list[AudioBuffer]) -> AudioBuffer:
+    """One buffer for several consecutive ones of the same kind."""
+    if len(buffers) == 1:
+        return buffers[0]
+    first = buffers[0]
+    data = np.concatenate([b.data for b in buffers], axis=-1)
+    return AudioBuffer(data, first.format, first.rate, first.owner)

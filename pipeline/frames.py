@@ -23,8 +23,9 @@ class AudioBuffer:
     data: np.ndarray
     format: str
     """``pcm16``: int16 mono samples ``[n]``; ``codes``: integer codes ``[codebooks, T]``."""
-    rate: int
-    """Samples per second for PCM; codec frames per second for codes."""
+    rate: float
+    """Samples per second for PCM (an integer); codec frames per second for codes
+    (SNAC at 24 kHz: 11.71875)."""
     owner: str
     """The stage that produced it, for debugging and accounting."""
 
@@ -44,7 +45,7 @@ class AudioBuffer:
         self.data.flags.writeable = False
 
     @classmethod
-    def pcm(cls, samples: np.ndarray, rate: int, owner: str) -> AudioBuffer:
+    def pcm(cls, samples: np.ndarray, rate: float, owner: str) -> AudioBuffer:
         """PCM16 from int16 samples, or from floats in [-1, 1] (clipped)."""
         if samples.dtype != np.int16:
             samples = np.clip(np.rint(np.asarray(samples, np.float32) * 32767.0), -32768, 32767).astype(np.int16)

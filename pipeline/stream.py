@@ -206,6 +206,16 @@ class BoundedEventStream:
         self._wake()
         return event
 
+    def get_nowait(self) -> ChunkEvent | None:
+        """The next event if one is queued now, else None (never waits)."""
+        if not self._queue:
+            return None
+        event, size = self._queue.popleft()
+        self._bytes -= size
+        self.delivered += 1
+        self._wake()
+        return event
+
     def __aiter__(self) -> BoundedEventStream:
         return self
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from pipeline.frames import AudioBuffer
+from pipeline.state import StateHandle
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +38,8 @@ class SpeechRequest:
     text: str
     voice: str | None = None
     speed: float = 1.0
+    state: StateHandle | None = None
+    """The session's handle on backend state; a talker refuses one from another checkpoint."""
 
 
 class TalkerError(RuntimeError):
@@ -52,6 +55,8 @@ class Talker(Protocol):
     """
 
     name: str
+    artifact_id: str
+    """What produces the audio (a checkpoint's identity, or the built-in voice's)."""
 
     def speak(self, request: SpeechRequest) -> AsyncIterator[TalkerChunk]: ...
 

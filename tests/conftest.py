@@ -66,3 +66,4 @@ async def make_server(talker: EspeakTalker, vad_model, recognizer) -> AsyncItera
     for srv in started:
         srv.close()
         await srv.wait_closed()
+

@@ -15,10 +15,13 @@ import pytest
 
 from app.sounds import mix, noise, silence, speech, trim, write_wav
 from tests.test_duplex import wer
+from tests.util import need
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-playwright = pytest.importorskip("playwright.async_api", reason="the browser test needs the playwright package")
-pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed")
+try:
+    from playwright import async_api as playwright
+except ImportError:  # reported by the test itself
+    playwright = None
 ARTIFACTS = Path(os.environ.get("DUPLEX_ARTIFACTS", Path(__file__).resolve().parent.parent / "artifacts"))
 RATE = 48000
 
@@ -36,6 +39,8 @@ async def _microphone(talker, path: Path) -> dict[str, float]:
 
 
 async def test_browser_client_hears_plays_and_is_interrupted(server, talker, tmp_path):
+    need(playwright is not None, "the browser test needs the playwright package")
+    need(Path(CHROMIUM).exists(), "the browser test needs Debian's chromium (apt-get install -y chromium)")
     mic = tmp_path / "mic.wav"
     await _microphone(talker, mic)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)

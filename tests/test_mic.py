@@ -22,12 +22,11 @@ import numpy as np
 import pytest
 
 from app.sounds import mix, silence, speech, trim, voiced_bounds
-from tests.util import until
+from tests.util import need, until
 
 RATE = 16000  # jackd's rate: every PortAudio stream on it must use it
 ECHO = 0.3  # speaker-to-microphone coupling, -10 dB
 
-pytestmark = pytest.mark.skipif(shutil.which("jackd") is None, reason="jackd is not installed (Debian: jackd2)")
 
 
 def _jack_ok() -> bool:
@@ -37,6 +36,11 @@ def _jack_ok() -> bool:
 @pytest.fixture(scope="module")
 def jack():
     """A JACK server with the dummy backend: real-time pacing, no sound card."""
+    need(shutil.which("jackd") is not None, "the mic test needs jackd (Debian: jackd2)")
+    try:
+        import sounddevice  # noqa: F401
+    except (ImportError, OSError) as exc:
+        need(False, f"the mic test needs sounddevice and libportaudio2 ({exc})")
     proc = None
     if not _jack_ok():
         proc = subprocess.Popen(["jackd", "--no-realtime", "-d", "dummy", "-r", str(RATE), "-p", "512"],
@@ -212,7 +216,7 @@ async def test_mic_demo_reconnects_when_the_server_comes_back(jack, talker, make
     assert "reconnecting in" in "\n".join(lines)
 
 
-def test_mic_demo_names_a_missing_device():
+def test_mic_demo_names_a_missing_device(jack):
     out = subprocess.run([sys.executable, "-m", "app", "mic", "--input", "no-such-microphone"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 1

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable
+
+import pytest
 
 
 async def until(predicate: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
@@ -20,3 +23,13 @@ def stage_tasks() -> list[asyncio.Task]:
         t for t in asyncio.all_tasks()
         if t.get_name().startswith(("talker:", "vocoder:", "sink:")) and not t.done()
     ]
+
+
+def need(ok: bool, reason: str) -> None:
+    """Skip (saying why) when an optional part is missing; fail instead where CI
+    sets DUPLEX_REQUIRE_ALL=1, so CI never passes by skipping."""
+    if ok:
+        return
+    if os.environ.get("DUPLEX_REQUIRE_ALL") == "1":
+        pytest.fail(f"required for this run: {reason}")
+    pytest.skip(reason)

@@ -304,6 +304,7 @@ class EspeakTalker:
     """The built-in streaming, abortable talker (22050 Hz PCM16)."""
 
     name = "espeak"
+    artifact_id = "espeak-ng@" + Path(espeakng_loader.get_data_path()).parent.name
 
     def __init__(self, runtime: EspeakRuntime | None = None, *, default_voice: str = DEFAULT_VOICE, wpm: int = DEFAULT_WPM) -> None:
         self._own_runtime = runtime is None
