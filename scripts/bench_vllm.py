@@ -167,7 +167,7 @@ async def main() -> None:
         row("abort (cancel -> engine runs nothing)", aborts, "ms", 1000),
     ]
     print("\n".join(rows))
-    print(f"| vLLM engine processes while idle | {idle:.2f} CPU-s per s | | busy polling |")
+    print(f"| vLLM engine processes while idle | {idle:.2f} CPU-s per s | | nothing to generate |")
 
 
 if __name__ == "__main__":
