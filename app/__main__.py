@@ -28,6 +28,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--vocoder", choices=["pcm", "snac"], help="default: pcm for espeak, snac for vllm")
     serve.add_argument("--vocoder-weights", help="--vocoder snac: a local SNAC checkpoint directory")
     serve.add_argument("--dtype", default="float32", help="vLLM weights dtype (float32 is safe on any CPU)")
+    serve.add_argument("--thinker", choices=["echo", "openai", "vllm"], default="echo",
+                       help="what to say: echo what was heard (default), an OpenAI-compatible chat endpoint, "
+                            "or a vLLM chat model in process")
+    serve.add_argument("--thinker-url", help="--thinker openai: the endpoint's base URL (e.g. http://host:8000)")
+    serve.add_argument("--thinker-model", help="--thinker openai: the model name; --thinker vllm: a local path")
+    serve.add_argument("--system-prompt", default="", help="the thinker's system prompt (session instructions win)")
+    serve.add_argument("--temperature", type=float, default=0.7)
+    serve.add_argument("--max-tokens", type=int, default=256, help="the thinker's reply length limit")
     serve.add_argument("--max-sessions", type=int, default=200)
     serve.add_argument("--max-message-bytes", type=int, default=2 * 1024 * 1024)
     serve.add_argument("--log-level", default="INFO")
@@ -106,13 +114,14 @@ async def serve(config: ServerConfig, backends: BackendChoice) -> None:
     from pipeline.asr import PocketsphinxRecognizer
     from pipeline.vad import SileroModel
 
-    talker, vocoder = await build(backends)
+    talker, vocoder, thinker = await build(backends)
     try:
         try:
             talker.check_voice(config.voice)
         except ValueError as exc:
             raise BackendError(f"--voice: {exc}") from None
-        server = DuplexServer(talker, vocoder, config, vad_model=SileroModel(), recognizer=PocketsphinxRecognizer())
+        server = DuplexServer(talker, vocoder, config, vad_model=SileroModel(), recognizer=PocketsphinxRecognizer(),
+                              thinker=thinker)
         await server.start()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -122,6 +131,7 @@ async def serve(config: ServerConfig, backends: BackendChoice) -> None:
         server.close()
         await server.wait_closed()
     finally:
+        await thinker.aclose()
         await talker.aclose()
 
 
@@ -139,7 +149,10 @@ def main(argv: list[str] | None = None) -> int:
                               max_sessions=args.max_sessions, max_message_bytes=args.max_message_bytes)
         backends = BackendChoice(talker=args.talker, model=args.model, remote_url=args.remote_url,
                                  remote_model=args.remote_model, codec_layout=args.codec_layout,
-                                 vocoder=args.vocoder, vocoder_weights=args.vocoder_weights, dtype=args.dtype)
+                                 vocoder=args.vocoder, vocoder_weights=args.vocoder_weights, dtype=args.dtype,
+                                 thinker=args.thinker, thinker_url=args.thinker_url,
+                                 thinker_model=args.thinker_model, system_prompt=args.system_prompt,
+                                 temperature=args.temperature, max_tokens=args.max_tokens)
         try:
             asyncio.run(serve(config, backends))
         except BackendError as exc:

@@ -22,10 +22,67 @@ class BackendChoice:
     vocoder_weights: str | None = None
     dtype: str = "float32"
     max_model_len: int = 4096
+    thinker: str = "echo"  # echo | openai | vllm
+    thinker_url: str | None = None
+    thinker_model: str | None = None  # openai: the served model name; vllm: a local checkpoint directory
+    system_prompt: str = ""
+    temperature: float = 0.7
+    max_tokens: int = 256
 
 
-async def build(choice: BackendChoice) -> tuple[Any, Any]:
-    """(talker, vocoder), validated and started; raises BackendError with the reason."""
+async def build(choice: BackendChoice) -> tuple[Any, Any, Any]:
+    """(talker, vocoder, thinker), validated and started; raises BackendError with the reason."""
+    talker, vocoder = await _voice(choice)
+    return talker, vocoder, await _thinker(choice, talker)
+
+
+async def _thinker(choice: BackendChoice, talker: Any) -> Any:
+    from pipeline.thinker import EchoThinker
+
+    if choice.thinker == "echo":
+        return EchoThinker()
+    settings = {"system_prompt": choice.system_prompt, "temperature": choice.temperature,
+                "max_tokens": choice.max_tokens}
+    if choice.thinker == "openai":
+        from pipeline.thinkers.openai_chat import OpenAIChatThinker
+
+        if not choice.thinker_url or not choice.thinker_model:
+            raise BackendError("--thinker openai needs --thinker-url URL and --thinker-model NAME")
+        thinker = OpenAIChatThinker(choice.thinker_url, choice.thinker_model, **settings)
+        try:
+            await thinker.start()
+        except ValueError as exc:
+            raise BackendError(str(exc)) from None
+        return thinker
+    if choice.thinker != "vllm":
+        raise BackendError(f"unknown thinker {choice.thinker!r} (echo, openai or vllm)")
+    if not choice.thinker_model:
+        raise BackendError("--thinker vllm needs --thinker-model PATH (a local chat model directory)")
+    try:
+        from pipeline.talkers.vllm import LocalEngine, check_model_dir
+        from pipeline.thinkers.vllm_chat import VllmChatThinker
+    except ImportError as exc:
+        raise BackendError(f"the vLLM backend is not installed ({exc.name}): pip install -e '.[vllm]'") from None
+    path = Path(choice.thinker_model)
+    try:
+        check_model_dir(path)
+    except ValueError as exc:
+        raise BackendError(f"--thinker-model: {exc}") from None
+    tokenizer_config = path / "tokenizer_config.json"
+    has_template = (path / "chat_template.jinja").is_file() or (
+        tokenizer_config.is_file() and "chat_template" in tokenizer_config.read_text())
+    if not has_template:
+        raise BackendError(f"--thinker-model {path}: the model has no chat template")
+    engine = getattr(talker, "engine", None)
+    if isinstance(engine, LocalEngine) and engine.model.resolve() == path.resolve():
+        # One checkpoint for both: the thinker shares the talker's engine.
+        return VllmChatThinker(engine, owns_engine=False, **settings)
+    engine = LocalEngine(path, dtype=choice.dtype, max_model_len=choice.max_model_len)
+    await engine.start()
+    return VllmChatThinker(engine, **settings)
+
+
+async def _voice(choice: BackendChoice) -> tuple[Any, Any]:
     if choice.talker == "espeak":
         if choice.vocoder not in (None, "pcm"):
             raise BackendError("the built-in voice makes PCM: use --vocoder pcm (the default)")

@@ -152,10 +152,3 @@ class Conversation:
 
     def delete(self, item_id: str) -> None:
         self.items.remove(self.get(item_id))
-
-    def last_user_text(self, items: list[Item] | None = None) -> str | None:
-        """The most recent user message's words, or None if there is none."""
-        for item in reversed(self.items if items is None else items):
-            if item.role == "user":
-                return item.text()
-        return None

@@ -32,6 +32,7 @@ from pipeline.asr import Recognizer
 from pipeline.engine import Reply
 from pipeline.stream import ChunkEvent
 from pipeline.talker import Talker
+from pipeline.thinker import EchoThinker, Thinker
 from pipeline.vad import SileroModel
 from pipeline.vocoder import Vocoder
 
@@ -176,13 +177,15 @@ class Connection:
     def _start_reply(self, action: StartReply) -> None:
         assert self._tg is not None
         reply = Reply(
-            self.server.talker,
-            self.server.vocoder,
+            self.server.talker if action.audio else None,
+            self.server.vocoder if action.audio else None,
             action.request,
             epoch=action.epoch,
             output_rate=action.output_rate,
             config=self.server.config.engine,
             watermark=lambda: self.session.input_samples,
+            thinker=self.server.thinker,
+            think=action.think,
         )
         self.reply = reply
         self.reply_task = self._tg.create_task(self._run_reply(reply, action.response_id), name=action.response_id)
@@ -199,7 +202,7 @@ class Connection:
             log.warning("reply %s failed: %r", response_id, error)
             events = self.session.on_reply_failed(response_id, str(error) or type(error).__name__, self.loop.time())
         else:
-            events = self.session.on_reply_finished(response_id, self.loop.time())
+            events = self.session.on_reply_finished(response_id, self.loop.time(), reply.stats.timings_ms())
         finally:
             self.server.stale_dropped += reply.stats.dropped_stale
             queued = reply.stats.talker_high_water_bytes + reply.stats.output_high_water_bytes
@@ -249,9 +252,11 @@ class DuplexServer:
         *,
         vad_model: SileroModel | None = None,
         recognizer: Recognizer | None = None,
+        thinker: Thinker | None = None,
     ) -> None:
         self.talker = talker
         self.vocoder = vocoder
+        self.thinker = thinker or EchoThinker()
         self.vad_model = vad_model
         self.recognizer = recognizer
         self.config = config or ServerConfig()

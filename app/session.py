@@ -26,9 +26,6 @@ from pipeline.state import StateHandle
 from pipeline.stream import ChunkEvent
 from pipeline.vad import SileroModel
 
-NOTHING_HEARD = "I have nothing to repeat yet."
-NOT_UNDERSTOOD = "Sorry, I did not catch that."
-
 __all__ = ["Session", "SessionLimits", "StartReply", "CancelReply", "Transcribe", "Sync", "Action", "Output"]
 
 
@@ -254,9 +251,21 @@ class Session:
                                   item_id=item_id, content_index=0, transcript=text)]
         td = self.settings.turn_detection
         if td is not None and td.create_response and self.speaker.active is None:
-            reply = text.strip() or NOT_UNDERSTOOD
-            out += self.speaker.begin(reply, self.settings.output_modalities, self.settings.voice, now)
+            out += self.speaker.begin(self.messages(), self.settings.output_modalities, self.settings.voice, now)
         return out
+
+    def messages(self, items: list[Item] | None = None, instructions: str | None = None) -> tuple[dict[str, str], ...]:
+        """The conversation as the thinker sees it: the instructions as the system
+        prompt, then every item, assistant replies only as far as they were heard."""
+        system = self.settings.instructions if instructions is None else instructions
+        out = [{"role": "system", "content": system}] if system else []
+        for item in self.conversation.items if items is None else items:
+            if item.status == "in_progress":
+                continue
+            text = item.text()
+            if text or item.role == "user":  # an empty user turn is still a turn (heard as nothing)
+                out.append({"role": item.role, "content": text})
+        return tuple(out)
 
     def _on_playback_ack(self, data: dict[str, Any], now: float) -> Output:
         played, stamped = data["played_samples"], data["input_samples"]
@@ -339,19 +348,15 @@ class Session:
                 except ValueError as exc:
                     raise ProtocolError("invalid_value", f"{param}: {exc}", param=param) from None
                 voice = obj["voice"]
-        return self.speaker.begin(self._reply_text(opts), modalities, voice, now)
-
-    def _reply_text(self, opts: dict[str, Any]) -> str:
-        """The default reply says back the last thing the user said."""
         items = None
-        if "input" in opts:
+        if "input" in opts:  # an out-of-band response over the given items only
             if not isinstance(opts["input"], list) or not all(isinstance(x, dict) for x in opts["input"]):
                 raise ProtocolError("invalid_type", "response.input must be an array of items", param="response.input")
             items = [parse_item(x, f"input_{i}") for i, x in enumerate(opts["input"])]
-        heard = self.conversation.last_user_text(items)
-        if heard is None:
-            return NOTHING_HEARD
-        return heard.strip() or NOT_UNDERSTOOD
+        instructions = opts.get("instructions")
+        if instructions is not None and not isinstance(instructions, str):
+            raise ProtocolError("invalid_type", "response.instructions must be a string", param="response.instructions")
+        return self.speaker.begin(self.messages(items, instructions), modalities, voice, now)
 
     def _on_response_cancel(self, data: dict[str, Any], now: float) -> Output:
         r = self.speaker.active
@@ -371,9 +376,10 @@ class Session:
         """Audio (and the transcript it speaks) for one engine chunk; nothing if stale."""
         return self.speaker.on_output(event, now)
 
-    def on_reply_finished(self, response_id: str, now: float) -> list[dict[str, Any]]:
-        """The engine delivered the whole reply."""
-        return self.speaker.on_finished(response_id)
+    def on_reply_finished(self, response_id: str, now: float, timings: dict[str, float] | None = None
+                          ) -> list[dict[str, Any]]:
+        """The engine delivered the whole reply (``timings``: its latency report)."""
+        return self.speaker.on_finished(response_id, timings)
 
     def on_reply_failed(self, response_id: str, message: str, now: float) -> list[dict[str, Any]]:
         """The engine failed mid-reply: say so, and end the reply as failed."""

@@ -20,6 +20,7 @@ from app.protocol import ProtocolError
 from pipeline.engine import OutputChunk
 from pipeline.stream import ChunkEvent
 from pipeline.talker import SpeechRequest
+from pipeline.thinker import ThinkRequest
 
 if TYPE_CHECKING:
     from app.session import Output, Session
@@ -27,12 +28,15 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class StartReply:
-    """Edge: run the engine for this reply and feed its chunks to ``on_output``."""
+    """Edge: run the engine for this reply (the thinker answers ``think``; with audio,
+    the talker speaks it) and feed its chunks to ``on_output``."""
 
     response_id: str
     epoch: int
     request: SpeechRequest
     output_rate: int
+    think: ThinkRequest
+    audio: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +64,8 @@ class Reply:
     transcript_sent: int = 0
     first_audio: float | None = None
     active: bool = True
+    deltas: int = 0
+    """Audio deltas sent: their ``seq`` on the wire (gap-free per reply)."""
 
 
 class Speaker:
@@ -80,17 +86,19 @@ class Speaker:
         return self.s.clock.now(now)
 
     # -- lifecycle -------------------------------------------------------------
-    def begin(self, text: str, modalities: tuple[str, ...], voice: str, now: float) -> Output:
-        """``response.created`` and friends, then the engine (audio) or the text."""
+    def begin(self, messages: tuple[dict[str, str], ...], modalities: tuple[str, ...], voice: str,
+              now: float) -> Output:
+        """``response.created`` and friends, then the engine: the thinker answers the
+        conversation and, for audio, the talker speaks what it says."""
         s = self.s
         self.epoch += 1
         audio = "audio" in modalities
         part = {"type": "output_audio", "transcript": ""} if audio else {"type": "output_text", "text": ""}
-        item = Item(s.new_id("item"), "assistant", [], status="in_progress", full_text=text,
+        item = Item(s.new_id("item"), "assistant", [], status="in_progress",
                     audio_rate=s.settings.output_rate if audio else 0)
         rid = s.new_id("resp")
         lead = s.settings.pacing.lead_ms / 1000
-        r = Reply(rid, item, self.epoch, modalities, text, voice, Playout(s.settings.output_rate, lead), now)
+        r = Reply(rid, item, self.epoch, modalities, "", voice, Playout(s.settings.output_rate, lead), now)
         self.active = r
         if audio:
             self.heard = r
@@ -102,17 +110,14 @@ class Speaker:
             s.event("response.content_part.added", **self._ids(r), part=dict(part)),
         ]
         item.content.append(part)
-        if audio:
-            request = SpeechRequest(rid, text, voice, s.settings.speed, s.state)
-            out.append(StartReply(rid, r.epoch, request, s.settings.output_rate))
-        else:
-            part["text"] = text
-            out.append(s.event("response.output_text.delta", **self._ids(r), delta=text))
-            out += self.finish(r, "completed")
+        request = SpeechRequest(rid, "", voice, s.settings.speed, s.state)
+        out.append(StartReply(rid, r.epoch, request, s.settings.output_rate, ThinkRequest(rid, messages), audio))
         return out
 
-    def _object(self, r: Reply, status: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
+    def _object(self, r: Reply, status: str, details: dict[str, Any] | None = None,
+                timings: dict[str, float] | None = None) -> dict[str, Any]:
         rate = self.s.settings.output_rate
+        extra = {"timings": timings} if timings else {}
         return {
             "object": "realtime.response",
             "id": r.id,
@@ -125,9 +130,11 @@ class Speaker:
             "audio": {"output": {"format": {"type": "audio/pcm", "rate": rate}, "voice": r.voice}},
             "usage": {"total_tokens": 0, "input_tokens": 0, "output_tokens": 0},
             "metadata": None,
+            **extra,
         }
 
-    def finish(self, r: Reply, status: str, details: dict[str, Any] | None = None) -> Output:
+    def finish(self, r: Reply, status: str, details: dict[str, Any] | None = None,
+               timings: dict[str, float] | None = None) -> Output:
         """Close the reply's content, item and response, once."""
         s = self.s
         r.active = False
@@ -143,11 +150,13 @@ class Speaker:
             out.append(s.event("response.output_audio_transcript.done", **self._ids(r), transcript=part["transcript"]))
         else:
             out.append(s.event("response.output_text.done", **self._ids(r), text=part["text"]))
+        if r.first_audio is not None:
+            timings = {**(timings or {}), "first_audio": round((r.first_audio - r.started) * 1000, 2)}
         out += [
             s.event("response.content_part.done", **self._ids(r), part=dict(part)),
             s.event("response.output_item.done", response_id=r.id, output_index=0, item=item.to_wire()),
             s.event("conversation.item.done", item=item.to_wire()),
-            s.event("response.done", response=self._object(r, status, details)),
+            s.event("response.done", response=self._object(r, status, details, timings)),
         ]
         return out
 
@@ -189,11 +198,17 @@ class Speaker:
         s = self.s
         chunk: OutputChunk = event.payload
         out: list[dict[str, Any]] = []
+        if chunk.text:  # the thinker's text arrives with the audio that says it
+            r.text += chunk.text
+            r.item.full_text = r.text
+            if "audio" not in r.modalities:
+                r.item.content[0]["text"] = r.text
+                out.append(s.event("response.output_text.delta", **self._ids(r), delta=chunk.text))
         n = chunk.audio.length
         if n:
             if r.first_audio is None:
                 r.first_audio = now
-            fields = {"epoch": r.epoch, "seq": event.seq, "input_watermark": event.input_watermark,
+            fields = {"epoch": r.epoch, "seq": r.deltas, "input_watermark": event.input_watermark,
                       "audio_start_ms": chunk.start * 1000 // chunk.audio.rate}
             if s.settings.binary_audio:  # the edge sends the PCM as the next binary frame
                 out.append(s.event("response.output_audio.delta", **self._ids(r), **fields, binary=True,
@@ -203,6 +218,7 @@ class Speaker:
                                    delta=base64.b64encode(chunk.audio.to_bytes()).decode("ascii")))
             r.playout.on_sent(n, self._t(now))
             r.item.audio_samples += n
+            r.deltas += 1
         if chunk.words:
             r.item.words.extend(chunk.words)
             upto = max(w.end for w in chunk.words)
@@ -212,16 +228,16 @@ class Speaker:
                 r.transcript_sent = upto
         return out
 
-    def on_finished(self, response_id: str) -> list[dict[str, Any]]:
+    def on_finished(self, response_id: str, timings: dict[str, float] | None = None) -> list[dict[str, Any]]:
         r = self.active
         if r is None or r.id != response_id:
             return []
         out: list[dict[str, Any]] = []
-        if r.transcript_sent < len(r.text):
+        if "audio" in r.modalities and r.transcript_sent < len(r.text):
             out.append(self.s.event("response.output_audio_transcript.delta", **self._ids(r),
                                     delta=r.text[r.transcript_sent:]))
             r.transcript_sent = len(r.text)
-        return out + self.finish(r, "completed")  # type: ignore[return-value]
+        return out + self.finish(r, "completed", timings=timings)  # type: ignore[return-value]
 
     def on_failed(self, response_id: str, message: str) -> list[dict[str, Any]]:
         r = self.active

@@ -28,6 +28,8 @@ class TalkerChunk:
 
     audio: AudioBuffer
     words: tuple[WordMark, ...] = ()
+    text: str = ""
+    """Reply text this chunk makes known (the engine sets it when text streams in)."""
 
 
 @dataclass(frozen=True, slots=True)

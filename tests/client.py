@@ -43,11 +43,16 @@ class RealtimeClient:
         return event
 
     async def until(self, etype: str, **match: Any) -> dict[str, Any]:
-        """Read events until one of ``etype`` (whose fields match) arrives."""
+        """Read events until one of ``etype`` (whose fields match) arrives; an ``error``
+        or a failed reply on the way fails the test at once instead of waiting forever."""
         while True:
             event = await self.recv()
             if event["type"] == etype and all(event.get(k) == v for k, v in match.items()):
                 return event
+            if event["type"] == "error" and etype != "error":
+                raise AssertionError(f"server error while waiting for {etype}: {event['error']}")
+            if event["type"] == "response.done" and event["response"]["status"] == "failed":
+                raise AssertionError(f"reply failed while waiting for {etype}: {event['response']}")
 
     async def say(self, text: str) -> str:
         """Add a user text message; return its item id."""

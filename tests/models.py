@@ -98,3 +98,12 @@ def build_snac(path: str | Path, *, seed: int = 0) -> Path:
     (path / "config.json").write_text(json.dumps(SNAC_24KHZ, indent=2))
     torch.save(model.state_dict(), path / "pytorch_model.bin")
     return path
+
+
+def text_token_ids() -> list[int]:
+    """Token ids of plain text in the tiny vocabulary (letters, space, a little
+    punctuation): what a random chat model is allowed to say, so it says words."""
+    chars = string.ascii_lowercase + " " * 6 + ".,"
+    first_char = len(SPECIALS)
+    order = list(dict.fromkeys(string.ascii_letters + string.digits + string.punctuation + " "))
+    return sorted({first_char + order.index(c) for c in chars})

@@ -72,7 +72,7 @@ async def test_cancel_stops_every_stage_and_the_talker(talker: EspeakTalker, esp
 
 
 async def test_slow_sink_slows_the_talker_not_memory(talker: EspeakTalker, espeak_runtime: EspeakRuntime):
-    config = EngineConfig(StreamBounds(4, 16 * 1024), StreamBounds(4, 16 * 1024))
+    config = EngineConfig(talker_queue=StreamBounds(4, 16 * 1024), output_queue=StreamBounds(4, 16 * 1024))
     taken: list[ChunkEvent] = []
     gate = asyncio.Event()
 

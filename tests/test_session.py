@@ -17,9 +17,9 @@ def ev(etype: str, **data) -> ClientEvent:
     return ClientEvent(etype, {"type": etype, **data})
 
 
-def chunk(rid: str, epoch: int, seq: int, start: int, n: int = 2400, words=()) -> ChunkEvent:
+def chunk(rid: str, epoch: int, seq: int, start: int, n: int = 2400, words=(), text: str = "") -> ChunkEvent:
     audio = AudioBuffer.pcm(np.ones(n, np.int16), 24000, "test")
-    return ChunkEvent(rid, 1, seq, epoch, "audio", OutputChunk(audio, start, tuple(words)))
+    return ChunkEvent(rid, 1, seq, epoch, "audio", OutputChunk(audio, start, tuple(words), text))
 
 
 def start_reply(s: Session, text: str = "one two three") -> StartReply:
@@ -49,7 +49,7 @@ def test_cancel_retires_the_epoch_before_anything_else():
 def test_transcript_follows_the_audio_sent():
     s = Session("sess_test", 0.0)
     a = start_reply(s, "one two three")
-    out = s.on_output(chunk(a.response_id, a.epoch, 0, 0, words=[WordMark(0, 3, 0)]), 0.0)
+    out = s.on_output(chunk(a.response_id, a.epoch, 0, 0, words=[WordMark(0, 3, 0)], text="one two three"), 0.0)
     assert [e["delta"] for e in out if e["type"] == "response.output_audio_transcript.delta"] == ["one"]
     out = s.on_output(chunk(a.response_id, a.epoch, 1, 2400, words=[WordMark(4, 7, 3000), WordMark(8, 13, 4000)]), 0.0)
     assert [e["delta"] for e in out if e["type"] == "response.output_audio_transcript.delta"] == [" two three"]
@@ -85,8 +85,9 @@ def test_decode_then_feed_unknown_field_types():
     assert s.settings.speed == 1.0
 
 
-def test_a_turn_heard_as_nothing_is_answered_briefly():
-    from app.session import NOT_UNDERSTOOD, Transcribe
+async def test_a_turn_heard_as_nothing_is_answered_briefly():
+    from app.session import Transcribe
+    from pipeline.thinker import NOT_UNDERSTOOD, EchoThinker
     from pipeline.vad import SileroModel
 
     s = Session("sess_test", 0.0, vad_model=SileroModel())
@@ -94,5 +95,26 @@ def test_a_turn_heard_as_nothing_is_answered_briefly():
     out = s.on_transcript("u1", "", 1.0)
     assert out[0]["type"] == "conversation.item.input_audio_transcription.completed"
     [start] = [o for o in out if isinstance(o, StartReply)]
-    assert start.request.text == NOT_UNDERSTOOD
+    assert start.think.messages[-1] == {"role": "user", "content": ""}
+    assert [t async for t in EchoThinker().think(start.think)] == [NOT_UNDERSTOOD]
     assert not any(isinstance(o, Transcribe) for o in out)
+
+
+def test_the_thinker_sees_instructions_and_only_what_was_heard():
+    s = Session("sess_test", 0.0)
+    s.feed(ev("session.update", session={"instructions": "Be brief."}), 0.0)
+    a = start_reply(s, "tell me about the sea")
+    s.on_output(chunk(a.response_id, a.epoch, 0, 0, n=2400, words=[WordMark(0, 3, 0)]), 0.0)
+    s.speaker.active.text = "The sea is deep and wide."  # what the thinker said in full
+    s.speaker.active.item.full_text = s.speaker.active.text
+    s.speaker.active.item.words = [WordMark(0, 3, 0), WordMark(4, 7, 1200), WordMark(8, 10, 3000)]
+    out = s.feed(ev("conversation.item.truncate", item_id=s.speaker.active.item.id, content_index=0,
+                    audio_end_ms=60), 0.0)
+    assert out[-1]["type"] == "conversation.item.truncated"
+    b = start_reply(s, "and then?")
+    assert b.think.messages == (
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "tell me about the sea"},
+        {"role": "assistant", "content": "The sea"},  # heard up to the word begun at 50 ms
+        {"role": "user", "content": "and then?"},
+    )

@@ -196,3 +196,102 @@ async def test_snac_streaming_matches_a_whole_decode(tiny, monkeypatch):
         assert x.size == 24 * 2048
         error = np.sqrt(((x - whole) ** 2).mean()) / np.sqrt((whole**2).mean())
         assert error < 0.02, f"streamed audio is {error:.1%} off a whole decode"
+
+
+# -- the thinker: replies from the language model, in process ------------------------
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def tserver(backend, espeak_runtime, vad_model, recognizer):
+    """The built-in voice speaking what a vLLM chat model (on the talker's engine) says."""
+    from pipeline.talkers.espeak import EspeakTalker
+    from pipeline.thinkers.vllm_chat import VllmChatThinker
+    from pipeline.vocoders.pcm import PcmVocoder
+    from tests.models import text_token_ids
+
+    codec_talker, _ = backend
+    talker = EspeakTalker(espeak_runtime)
+    thinker = VllmChatThinker(codec_talker.engine, owns_engine=False, max_tokens=1800, temperature=1.0,
+                              sampling={"allowed_token_ids": text_token_ids()})
+    srv = DuplexServer(talker, PcmVocoder(), ServerConfig(host="127.0.0.1", port=0), vad_model=vad_model,
+                       recognizer=recognizer, thinker=thinker)
+    await srv.start()
+    yield srv, thinker
+    srv.close()
+    await srv.wait_closed()
+
+
+async def test_thinker_reply_audio_starts_before_the_model_finishes(tserver):
+    srv, thinker = tserver
+    thinker.max_tokens = 300
+    c = await RealtimeClient.connect(srv.port)
+    await c.update(pacing={"enabled": False}, instructions="Answer in gibberish.")
+    await c.say("what is the weather like")
+    await c.send("response.create")
+    done = (await c.until("response.done"))["response"]
+    assert done["status"] == "completed"
+    timings = done["timings"]
+    assert timings["first_audio"] < timings["thinker_done"], timings
+    said = done["output"][0]["content"][0]["transcript"]
+    streamed = "".join(e["delta"] for e in c.events if e["type"] == "response.output_audio_transcript.delta")
+    assert said == streamed and len(said) > 40, "the model's words, streamed as the audio went out"
+    assert audio_of(c.events).size > 24000
+    await c.close()
+
+
+async def test_barge_in_aborts_the_thinker_and_keeps_what_was_heard(tserver, talker):
+    import websockets
+
+    srv, thinker = tserver
+    thinker.max_tokens = 1800  # the model is still talking when the user interrupts
+    ws = await websockets.connect(f"ws://127.0.0.1:{srv.port}/v1/realtime", max_size=None)
+    assert json.loads(await ws.recv())["type"] == "session.created"
+    sim = SimulatedClient(ws)
+    await sim.send("session.update", session={"turn_detection": {"type": "server_vad", "create_response": False}})
+    await sim.silence(0.5)
+    await sim.send("conversation.item.create", item={"type": "message", "role": "user",
+                                                     "content": [{"type": "input_text", "text": "tell me a story"}]})
+    await sim.send("response.create")
+    await sim.sync()
+    await sim.silence(1.5)
+    assert await thinker.engine.running() == 1, "the model was still generating"
+    interrupt = trim(await speech(talker, "wait, please stop talking now"), 24000)
+    await sim.stream(mix(interrupt, silence(1.2)))
+    done = [r.event["response"] for r in sim.of_type("response.done")]
+    assert done and done[0]["status"] == "cancelled" and done[0]["status_details"]["reason"] == "turn_detected"
+    assert await thinker.engine.running() == 0, "the barge-in aborted the language-model request"
+    item_id = sim.of_type("conversation.item.truncated")[0].event["item_id"]
+    await sim.send("conversation.item.retrieve", item_id=item_id)
+    await sim.sync()
+    kept = sim.of_type("conversation.item.retrieved")[0].event["item"]["content"][0]["transcript"]
+    streamed = "".join(r.event["delta"] for r in sim.of_type("response.output_audio_transcript.delta"))
+    assert kept and streamed.startswith(kept) and len(kept) < len(streamed) + 1
+    assert len(streamed) == len(kept) or not streamed[len(kept)].isalnum(), "cut at the end of a heard word"
+    assert sum(h.stale_bytes for h in sim.heard.values()) == 0
+    await ws.close()
+
+
+async def test_thinker_and_talker_share_one_engine(backend, vad_model, recognizer):
+    """A vLLM chat model says it, the vLLM codec talker speaks it, one engine for both."""
+    from pipeline.thinkers.vllm_chat import VllmChatThinker
+    from tests.models import text_token_ids
+
+    codec_talker, vocoder = backend
+    thinker = VllmChatThinker(codec_talker.engine, owns_engine=False, max_tokens=40,
+                              sampling={"allowed_token_ids": text_token_ids()})
+    srv = DuplexServer(codec_talker, vocoder, ServerConfig(host="127.0.0.1", port=0), vad_model=vad_model,
+                       recognizer=recognizer, thinker=thinker)
+    await srv.start()
+    try:
+        c = await RealtimeClient.connect(srv.port)
+        await c.update(pacing={"enabled": False})
+        await c.say("hello")
+        await c.send("response.create")
+        done = (await c.until("response.done"))["response"]
+        assert done["status"] == "completed"
+        assert audio_of(c.events).size % 2048 == 0 and audio_of(c.events).size > 0
+        assert thinker.engine is codec_talker.engine and await codec_talker.engine.running() == 0
+        await c.close()
+    finally:
+        srv.close()
+        await srv.wait_closed()

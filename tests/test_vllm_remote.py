@@ -128,3 +128,58 @@ async def test_remote_configuration_errors_are_clear(remote):
         await RemoteEngine(url, "not-this-model").start()
     with pytest.raises(ValueError, match="not reachable"):
         await RemoteEngine(f"http://127.0.0.1:{_free_port()}", "tiny").start()
+
+
+# -- the thinker over HTTP: an OpenAI-compatible chat endpoint (vllm serve) ----------
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def chat_server(remote, espeak_runtime, vad_model, recognizer):
+    from pipeline.talkers.espeak import EspeakTalker
+    from pipeline.thinkers.openai_chat import OpenAIChatThinker
+    from pipeline.vocoders.pcm import PcmVocoder
+    from tests.models import text_token_ids
+
+    url, _, _ = remote
+    thinker = OpenAIChatThinker(url, "tiny", temperature=1.0, max_tokens=300,
+                                extra_body={"allowed_token_ids": text_token_ids()})
+    await thinker.start()
+    srv = DuplexServer(EspeakTalker(espeak_runtime), PcmVocoder(), ServerConfig(host="127.0.0.1", port=0),
+                       vad_model=vad_model, recognizer=recognizer, thinker=thinker)
+    await srv.start()
+    yield srv, thinker
+    srv.close()
+    await srv.wait_closed()
+    await thinker.aclose()
+
+
+async def test_chat_endpoint_reply_is_spoken_before_it_is_finished(chat_server):
+    srv, thinker = chat_server
+    thinker.max_tokens = 300
+    c = await RealtimeClient.connect(srv.port)
+    await c.update(pacing={"enabled": False}, instructions="Answer in gibberish.")
+    await c.say("what is the weather like")
+    await c.send("response.create")
+    done = (await c.until("response.done"))["response"]
+    assert done["status"] == "completed"
+    assert done["timings"]["first_audio"] < done["timings"]["thinker_done"], done["timings"]
+    assert len(done["output"][0]["content"][0]["transcript"]) > 40
+    await c.close()
+
+
+async def test_cancel_closes_the_chat_stream_and_the_endpoint_aborts(chat_server):
+    srv, thinker = chat_server
+    thinker.max_tokens = 1800  # still generating when the client cancels (and within max_model_len)
+    c = await RealtimeClient.connect(srv.port)
+    await c.say("tell me a long story")
+    await c.send("response.create")
+    await c.until("response.output_audio.delta")
+    assert await thinker.running() == 1
+    await c.send("response.cancel")
+    assert (await c.until("response.done"))["response"]["status"] == "cancelled"
+    for _ in range(100):
+        if await thinker.running() == 0:
+            break
+        await asyncio.sleep(0.05)  # the metrics gauge is updated by the server's loop
+    assert await thinker.running() == 0
+    await c.close()

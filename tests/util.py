@@ -21,7 +21,7 @@ def stage_tasks() -> list[asyncio.Task]:
     """Engine stage tasks still alive in this loop."""
     return [
         t for t in asyncio.all_tasks()
-        if t.get_name().startswith(("talker:", "vocoder:", "sink:")) and not t.done()
+        if t.get_name().startswith(("thinker:", "talker:", "vocoder:", "writer:", "sink:")) and not t.done()
     ]
 
 

@@ -106,8 +106,27 @@ class LocalEngine:
                                max_num_seqs=self.max_num_seqs, enforce_eager=True, **self.extra)
         self.llm = AsyncLLM.from_engine_args(args)
 
+    @property
+    def tokenizer(self):
+        return self._tokenizer
+
     async def encode(self, text: str) -> list[int]:
         return list(self._tokenizer.encode(text, add_special_tokens=False))
+
+    async def stream_text(self, prompt_ids: list[int], params: dict[str, Any], request_id: str) -> AsyncIterator[str]:
+        """Like :meth:`stream`, for a chat model: the engine's text deltas."""
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        sampling = SamplingParams(output_kind=RequestOutputKind.DELTA, **params)
+        finished = False
+        try:
+            async for out in self.llm.generate({"prompt_token_ids": prompt_ids}, sampling, request_id=request_id):
+                yield out.outputs[0].text
+                finished = out.finished
+        finally:
+            if not finished:
+                await self.llm.abort(request_id)
 
     async def stream(self, prompt_ids: list[int], params: dict[str, Any], request_id: str) -> AsyncIterator[list[int]]:
         from vllm import SamplingParams

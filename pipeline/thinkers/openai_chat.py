@@ -1,0 +1,76 @@
+"""A thinker on any OpenAI-compatible ``/v1/chat/completions`` streaming endpoint
+(``vllm serve``, llama.cpp's server and others). Cancelling closes the HTTP
+stream; vLLM aborts a request whose client has gone."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterator
+from typing import Any
+
+from pipeline.thinker import ThinkRequest
+
+
+class OpenAIChatThinker:
+    """Streams replies from a chat-completions endpoint."""
+
+    name = "openai"
+
+    def __init__(self, url: str, model: str, *, system_prompt: str = "", temperature: float = 0.7,
+                 max_tokens: int = 256, extra_body: dict[str, Any] | None = None, api_key: str = "local") -> None:
+        import httpx
+
+        self.url = url.rstrip("/")
+        self.model = model
+        self.system_prompt = system_prompt
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+        self.extra_body = extra_body or {}
+        self._client = httpx.AsyncClient(base_url=self.url, timeout=httpx.Timeout(120.0, connect=5.0),
+                                         headers={"Authorization": f"Bearer {api_key}"})
+
+    async def start(self) -> None:
+        """Check the endpoint answers and serves the model."""
+        try:
+            r = await self._client.get("/v1/models")
+            r.raise_for_status()
+        except Exception as exc:
+            raise ValueError(f"the chat endpoint {self.url} is not reachable: {exc}") from None
+        served = [m.get("id") for m in r.json().get("data", [])]
+        if served and self.model not in served:
+            raise ValueError(f"the chat endpoint {self.url} serves {served}, not {self.model!r}")
+
+    def messages(self, request: ThinkRequest) -> list[dict[str, str]]:
+        msgs = [dict(m) for m in request.messages]
+        if self.system_prompt and not any(m["role"] == "system" for m in msgs):
+            msgs.insert(0, {"role": "system", "content": self.system_prompt})
+        return msgs
+
+    async def think(self, request: ThinkRequest) -> AsyncIterator[str]:
+        body = {"model": self.model, "messages": self.messages(request), "stream": True,
+                "temperature": self.temperature, "max_tokens": self.max_tokens, **self.extra_body,
+                **request.options}
+        async with self._client.stream("POST", "/v1/chat/completions", json=body,
+                                       headers={"X-Request-Id": request.request_id}) as response:
+            if response.status_code != 200:
+                detail = (await response.aread())[:300]
+                raise RuntimeError(f"chat endpoint answered {response.status_code}: {detail!r}")
+            async for line in response.aiter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                choices = json.loads(line[6:]).get("choices") or []
+                if choices:
+                    delta = (choices[0].get("delta") or {}).get("content")
+                    if delta:
+                        yield delta
+        # Leaving the block (a cancel included) closes the stream: the server aborts.
+
+    async def running(self) -> int:
+        """Requests the endpoint is running now (vLLM's metrics), for tests and benchmarks."""
+        r = await self._client.get("/metrics")
+        m = re.search(r"^vllm:num_requests_running\{[^}]*\}\s+([0-9.e+]+)", r.text, re.M)
+        return int(float(m.group(1))) if m else 0
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
