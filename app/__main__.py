@@ -36,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--system-prompt", default="", help="the thinker's system prompt (session instructions win)")
     serve.add_argument("--temperature", type=float, default=0.7)
     serve.add_argument("--max-tokens", type=int, default=256, help="the thinker's reply length limit")
+    serve.add_argument("--thinker-sampling", default="", help="more sampling parameters for the thinker, as JSON")
     serve.add_argument("--max-sessions", type=int, default=200)
     serve.add_argument("--max-message-bytes", type=int, default=2 * 1024 * 1024)
     serve.add_argument("--log-level", default="INFO")
@@ -152,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
                                  vocoder=args.vocoder, vocoder_weights=args.vocoder_weights, dtype=args.dtype,
                                  thinker=args.thinker, thinker_url=args.thinker_url,
                                  thinker_model=args.thinker_model, system_prompt=args.system_prompt,
-                                 temperature=args.temperature, max_tokens=args.max_tokens)
+                                 temperature=args.temperature, max_tokens=args.max_tokens,
+                                 thinker_sampling=args.thinker_sampling)
         try:
             asyncio.run(serve(config, backends))
         except BackendError as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ class BackendChoice:
     system_prompt: str = ""
     temperature: float = 0.7
     max_tokens: int = 256
+    thinker_sampling: str = ""  # JSON: more sampling parameters (top_k, stop, allowed_token_ids, ...)
 
 
 async def build(choice: BackendChoice) -> tuple[Any, Any, Any]:
@@ -43,12 +45,18 @@ async def _thinker(choice: BackendChoice, talker: Any) -> Any:
         return EchoThinker()
     settings = {"system_prompt": choice.system_prompt, "temperature": choice.temperature,
                 "max_tokens": choice.max_tokens}
+    try:
+        sampling = json.loads(choice.thinker_sampling) if choice.thinker_sampling else {}
+    except ValueError as exc:
+        raise BackendError(f"--thinker-sampling is not JSON: {exc}") from None
+    if not isinstance(sampling, dict):
+        raise BackendError("--thinker-sampling must be a JSON object")
     if choice.thinker == "openai":
         from pipeline.thinkers.openai_chat import OpenAIChatThinker
 
         if not choice.thinker_url or not choice.thinker_model:
             raise BackendError("--thinker openai needs --thinker-url URL and --thinker-model NAME")
-        thinker = OpenAIChatThinker(choice.thinker_url, choice.thinker_model, **settings)
+        thinker = OpenAIChatThinker(choice.thinker_url, choice.thinker_model, extra_body=sampling, **settings)
         try:
             await thinker.start()
         except ValueError as exc:
@@ -76,10 +84,10 @@ async def _thinker(choice: BackendChoice, talker: Any) -> Any:
     engine = getattr(talker, "engine", None)
     if isinstance(engine, LocalEngine) and engine.model.resolve() == path.resolve():
         # One checkpoint for both: the thinker shares the talker's engine.
-        return VllmChatThinker(engine, owns_engine=False, **settings)
+        return VllmChatThinker(engine, owns_engine=False, sampling=sampling, **settings)
     engine = LocalEngine(path, dtype=choice.dtype, max_model_len=choice.max_model_len)
     await engine.start()
-    return VllmChatThinker(engine, **settings)
+    return VllmChatThinker(engine, sampling=sampling, **settings)
 
 
 async def _voice(choice: BackendChoice) -> tuple[Any, Any]:

@@ -163,13 +163,15 @@ class Connection:
     async def _transcribe(self, action: Transcribe) -> None:
         text = ""
         recognizer = self.server.recognizer
+        started = self.loop.time()
         if recognizer is not None:
             try:
                 text = await recognizer.transcribe(action.audio, action.rate)
             except Exception:  # a failed recognition is heard as nothing, not a dead session
                 log.exception("recognition failed for %s", action.item_id)
+        took = (self.loop.time() - started) * 1000
         try:
-            await self.execute(self.session.on_transcript(action.item_id, text, self.loop.time()))
+            await self.execute(self.session.on_transcript(action.item_id, text, self.loop.time(), took))
         except ConnectionClosed:
             pass
 

@@ -240,15 +240,16 @@ class Session:
             self._listener.clear()
         return [self.event("input_audio_buffer.cleared")]
 
-    def on_transcript(self, item_id: str, text: str, now: float) -> Output:
-        """The recogniser heard ``text`` in a committed user item."""
+    def on_transcript(self, item_id: str, text: str, now: float, recognition_ms: float | None = None) -> Output:
+        """The recogniser heard ``text`` in a committed user item (in ``recognition_ms``)."""
         try:
             item = self.conversation.get(item_id)
         except ProtocolError:
             return []  # deleted meanwhile
         item.content[0]["transcript"] = text
+        extra = {} if recognition_ms is None else {"recognition_ms": round(recognition_ms, 2)}
         out: Output = [self.event("conversation.item.input_audio_transcription.completed",
-                                  item_id=item_id, content_index=0, transcript=text)]
+                                  item_id=item_id, content_index=0, transcript=text, **extra)]
         td = self.settings.turn_detection
         if td is not None and td.create_response and self.speaker.active is None:
             out += self.speaker.begin(self.messages(), self.settings.output_modalities, self.settings.voice, now)

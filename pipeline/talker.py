@@ -31,6 +31,11 @@ class TalkerChunk:
     text: str = ""
     """Reply text this chunk makes known (the engine sets it when text streams in)."""
 
+    @property
+    def nbytes(self) -> int:
+        """What the chunk costs against a stream's byte bound."""
+        return self.audio.nbytes + len(self.text)
+
 
 @dataclass(frozen=True, slots=True)
 class SpeechRequest:

@@ -41,7 +41,7 @@ SNAC_24KHZ = {
 
 
 def build_tokenizer(path: Path) -> None:
-    from tokenizers import Regex, Tokenizer, models, pre_tokenizers
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
     chars = list(string.ascii_letters + string.digits + string.punctuation + " ")
@@ -57,6 +57,7 @@ def build_tokenizer(path: Path) -> None:
         vocab[f"<extra_{i}>"] = i
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    tok.decoder = decoders.Fuse()  # characters join back without spaces between them
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
                                    pad_token="<pad>", additional_special_tokens=SPECIALS[4:])
     fast.chat_template = CHAT_TEMPLATE
@@ -69,7 +70,7 @@ def build_tiny_llama(path: str | Path, *, seed: int = 0) -> Path:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     path = Path(path)
-    if (path / "config.json").is_file():
+    if (path / "config.json").is_file() and (path / "tokenizer.json").is_file():
         return path
     path.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
