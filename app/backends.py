@@ -35,22 +35,26 @@ class BackendChoice:
 async def build(choice: BackendChoice) -> tuple[Any, Any, Any]:
     """(talker, vocoder, thinker), validated and started; raises BackendError with the reason."""
     talker, vocoder = await _voice(choice)
-    return talker, vocoder, await _thinker(choice, talker)
+    try:
+        return talker, vocoder, await _thinker(choice, talker)
+    except BaseException:
+        await talker.aclose()  # started already: stop it rather than leak it
+        raise
 
 
 async def _thinker(choice: BackendChoice, talker: Any) -> Any:
     from pipeline.thinker import EchoThinker
 
-    if choice.thinker == "echo":
-        return EchoThinker()
-    settings = {"system_prompt": choice.system_prompt, "temperature": choice.temperature,
-                "max_tokens": choice.max_tokens}
     try:
         sampling = json.loads(choice.thinker_sampling) if choice.thinker_sampling else {}
     except ValueError as exc:
         raise BackendError(f"--thinker-sampling is not JSON: {exc}") from None
     if not isinstance(sampling, dict):
         raise BackendError("--thinker-sampling must be a JSON object")
+    if choice.thinker == "echo":
+        return EchoThinker()
+    settings = {"system_prompt": choice.system_prompt, "temperature": choice.temperature,
+                "max_tokens": choice.max_tokens}
     if choice.thinker == "openai":
         from pipeline.thinkers.openai_chat import OpenAIChatThinker
 

@@ -54,3 +54,33 @@ def test_bad_port_is_a_clear_error(capsys):
         s.listen()
         assert main(["serve", "--port", str(s.getsockname()[1])]) == 1
     assert "cannot serve" in capsys.readouterr().err
+
+
+def test_thinker_configuration_is_checked_at_start(tmp_path):
+    def serve(*args: str) -> tuple[int, str]:
+        from app.__main__ import main
+        import contextlib
+        import io
+
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            code = main(["serve", "--port", "0", *args])
+        return code, err.getvalue()
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]  # nothing listens here once the socket closes
+    code, err = serve("--thinker", "openai", "--thinker-url", f"http://127.0.0.1:{dead}", "--thinker-model", "m")
+    assert code == 2 and "not reachable" in err
+    code, err = serve("--thinker", "openai")
+    assert code == 2 and "--thinker-url" in err
+    code, err = serve("--thinker", "vllm", "--thinker-model", str(tmp_path / "missing"))
+    assert code == 2 and "does not exist" in err
+    model = tmp_path / "no-template"
+    model.mkdir()
+    (model / "config.json").write_text('{"architectures": ["LlamaForCausalLM"], "vocab_size": 100}')
+    (model / "model.safetensors").write_bytes(b"")
+    code, err = serve("--thinker", "vllm", "--thinker-model", str(model))
+    assert code == 2 and "no chat template" in err
+    code, err = serve("--thinker-sampling", "{not json")
+    assert code == 2 and "not JSON" in err
