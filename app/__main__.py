@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 
@@ -40,6 +41,20 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-sessions", type=int, default=200)
     serve.add_argument("--max-message-bytes", type=int, default=2 * 1024 * 1024)
     serve.add_argument("--log-level", default="INFO")
+    serve.add_argument("--log-format", choices=["text", "json"], default="text",
+                       help="json: one object per line, with session and response ids")
+    serve.add_argument("--api-key", default=os.environ.get("DUPLEX_API_KEY"),
+                       help="require this key (Bearer header, api_key query, or key subprotocol); "
+                            "default: $DUPLEX_API_KEY, else none")
+    serve.add_argument("--allow-origin", action="append", default=[],
+                       help="a browser origin allowed to open sessions (repeatable; '*' for any); "
+                            "default: the server's own page")
+    serve.add_argument("--max-input-speed", type=float, default=64.0,
+                       help="input audio may arrive at most this many times faster than real time")
+    serve.add_argument("--max-reply-s", type=float, default=300.0, help="longest reply, in seconds of audio")
+    serve.add_argument("--idle-timeout", type=float, default=600.0, help="close a session silent this long (s)")
+    serve.add_argument("--stall-timeout", type=float, default=30.0,
+                       help="close a client that has not read for this long (s)")
     replay = sub.add_parser("replay", help="run scenario files against a server and judge what it did")
     replay.add_argument("scenarios", nargs="+", help="scenario .toml files (or folders of them)")
     replay.add_argument("--url", default="ws://127.0.0.1:8765/v1/realtime", help="the server's Realtime WebSocket")
@@ -143,11 +158,15 @@ def main(argv: list[str] | None = None) -> int:
         return replay(args)
     if args.command == "mic":
         return mic(args)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("websockets").setLevel(logging.WARNING)  # one line per HTTP request is noise
     if args.command == "serve":
+        from app import logs
+
+        logs.setup(args.log_level, args.log_format)
         config = ServerConfig(host=args.host, port=args.port, voice=args.voice,
-                              max_sessions=args.max_sessions, max_message_bytes=args.max_message_bytes)
+                              max_sessions=args.max_sessions, max_message_bytes=args.max_message_bytes,
+                              api_key=args.api_key or None, allowed_origins=tuple(args.allow_origin),
+                              max_input_speed=args.max_input_speed, max_reply_s=args.max_reply_s,
+                              idle_timeout_s=args.idle_timeout, stall_timeout_s=args.stall_timeout)
         backends = BackendChoice(talker=args.talker, model=args.model, remote_url=args.remote_url,
                                  remote_model=args.remote_model, codec_layout=args.codec_layout,
                                  vocoder=args.vocoder, vocoder_weights=args.vocoder_weights, dtype=args.dtype,

@@ -32,3 +32,19 @@ class ServerConfig:
     """High-water mark of a connection's socket write buffer."""
     engine: EngineConfig = field(default_factory=EngineConfig)
     voice: str = "alloy"
+    # Access
+    api_key: str | None = None
+    """When set, a session needs it (Bearer header, api_key query or key subprotocol)."""
+    allowed_origins: tuple[str, ...] = ()
+    """Browser origins that may open sessions; empty: the server's own page only."""
+    # Limits
+    max_input_speed: float = 64.0
+    """Input audio may arrive at most this many times faster than real time..."""
+    input_burst_s: float = 30.0
+    """...after a burst of this many seconds (a replay catching up, a reconnect)."""
+    max_reply_s: float = 300.0
+    """A reply stops (status incomplete) after this much audio."""
+    idle_timeout_s: float = 600.0
+    """A session that sends nothing for this long is closed."""
+    stall_timeout_s: float = 30.0
+    """A client that stops reading is closed once a send has waited this long."""

@@ -31,6 +31,10 @@ def json_response(status: HTTPStatus, data: dict[str, Any]) -> Response:
     return _response(status, json.dumps(data).encode(), "application/json")
 
 
+def metrics_response(text: str) -> Response:
+    return _response(HTTPStatus.OK, text.encode(), "text/plain; version=0.0.4; charset=utf-8")
+
+
 def is_upgrade(request: Request) -> bool:
     return "websocket" in request.headers.get("Upgrade", "").lower()
 

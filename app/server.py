@@ -24,7 +24,9 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
 from app.config import ServerConfig
-from app.http import REALTIME_PATH, is_upgrade, json_response, static_file, text_response
+from app import access
+from app.http import REALTIME_PATH, is_upgrade, json_response, metrics_response, static_file, text_response
+from app.metrics import Metrics
 from app.protocol import BETA, GA, ProtocolError, decode, encode
 from app.session import Action, CancelReply, Session, SessionLimits, StartReply, Sync, Transcribe
 from app.settings import SessionSettings
@@ -37,6 +39,10 @@ from pipeline.vad import SileroModel
 from pipeline.vocoder import Vocoder
 
 log = logging.getLogger("duplex.server")
+
+
+class _ReplyEnded(Exception):
+    """The session ended the reply from the sink's side (a limit): stop its stages."""
 
 
 class Connection:
@@ -53,7 +59,9 @@ class Connection:
             dialect=dialect,
             settings=SessionSettings(voice=cfg.voice),
             check_voice=server.talker.check_voice,
-            limits=SessionLimits(max_input_buffer_bytes=cfg.max_input_buffer_bytes),
+            limits=SessionLimits(max_input_buffer_bytes=cfg.max_input_buffer_bytes,
+                                 max_input_speed=cfg.max_input_speed, input_burst_s=cfg.input_burst_s,
+                                 max_reply_s=cfg.max_reply_s),
             vad_model=server.vad_model,
             backend=(server.talker.name, server.talker.artifact_id),
         )
@@ -72,7 +80,15 @@ class Connection:
             self._tg = tg
             try:
                 await self.send(self.session.start())
-                async for message in self.ws:
+                while True:
+                    try:
+                        async with asyncio.timeout(self.server.config.idle_timeout_s):
+                            message = await self.ws.recv()
+                    except TimeoutError:
+                        self.server.refuse(self, "idle", f"no message for {self.server.config.idle_timeout_s:g} s")
+                        await self.ws.close(1008, "idle timeout")
+                        break
+                    self.server.metrics.inc("duplex_bytes_in_total", len(message))
                     await self.handle(message)
             except ConnectionClosed:
                 pass
@@ -129,7 +145,8 @@ class Connection:
         """Send a batch of events back to back: nothing else interleaves with it."""
         dialect = self.session.dialect
         frames: list[str | bytes] = []
-        for event in events:
+        events_seen = list(events)
+        for event in events_seen:
             audio = event.pop("audio_bytes", None) if "audio_bytes" in event else None
             text = encode(event, dialect)
             if text is not None:
@@ -138,10 +155,21 @@ class Connection:
                     frames.append(audio)  # binary audio mode: the PCM follows its header
         if not frames:
             return
+        for event in events_seen:
+            self.server.observe(event)
         async with self._send_lock:
             for frame in frames:
-                await self.ws.send(frame)
+                try:
+                    async with asyncio.timeout(self.server.config.stall_timeout_s):
+                        await self.ws.send(frame)
+                except TimeoutError:
+                    # The client stopped reading: its queues are full; let it go.
+                    self.server.refuse(self, "stalled", f"a send waited {self.server.config.stall_timeout_s:g} s")
+                    self.ws.close_timeout = 1.0
+                    asyncio.get_running_loop().create_task(self.ws.close(1008, "client not reading"))
+                    raise ConnectionClosed(None, None) from None
                 self.server.bytes_out += len(frame)
+                self.server.metrics.inc("duplex_bytes_out_total", len(frame))
 
     async def _settle(self) -> None:
         """Wait until nothing more follows from what has been received: recognitions
@@ -197,18 +225,25 @@ class Connection:
         events: list[dict[str, Any]] = []
         try:
             await reply.run(self._sink)
+        except* _ReplyEnded:
+            pass  # the session already said so (response.done): its stages stop here
         except* ConnectionClosed:
             pass  # the reader sees the close and cleans up
         except* Exception as group:
             error = group.exceptions[0]
-            log.warning("reply %s failed: %r", response_id, error)
+            log.warning("reply failed: %r", error, extra={"session": self.session.id, "response": response_id})
             events = self.session.on_reply_failed(response_id, str(error) or type(error).__name__, self.loop.time())
         else:
             events = self.session.on_reply_finished(response_id, self.loop.time(), reply.stats.timings_ms())
         finally:
+            reply.retire()
             self.server.stale_dropped += reply.stats.dropped_stale
             queued = reply.stats.talker_high_water_bytes + reply.stats.output_high_water_bytes
             self.server.max_queued_bytes = max(self.server.max_queued_bytes, queued)
+            m = self.server.metrics
+            m.inc("duplex_stale_events_dropped_total", reply.stats.dropped_stale)
+            m.high_water("duplex_queue_high_water_bytes", queued)
+            m.high_water("duplex_output_queue_high_water_chunks", reply.output_queue.high_water_chunks)
             if self.reply is reply:
                 self.reply = None
         try:
@@ -217,7 +252,8 @@ class Connection:
             pass
 
     async def _sink(self, event: ChunkEvent) -> None:
-        """Release one chunk when pacing allows, as audio and transcript deltas."""
+        """Release one chunk when pacing allows, as audio and transcript deltas; stop the
+        reply's stages when the session has ended it (a length limit)."""
         samples = event.payload.audio.length
         while (wait := self.session.output_wait(samples, self.loop.time())) > 0:
             self._progress.clear()
@@ -230,6 +266,9 @@ class Connection:
             finally:
                 self._parked.clear()
         await self.send(self.session.on_output(event, self.loop.time()))
+        active = self.session.response
+        if active is None or active.id != event.request_id:
+            raise _ReplyEnded
 
     async def _cancel_reply(self, action: CancelReply) -> None:
         reply, task = self.reply, self.reply_task
@@ -259,6 +298,7 @@ class DuplexServer:
         self.talker = talker
         self.vocoder = vocoder
         self.thinker = thinker or EchoThinker()
+        self.metrics = Metrics()
         self.vad_model = vad_model
         self.recognizer = recognizer
         self.config = config or ServerConfig()
@@ -283,6 +323,7 @@ class DuplexServer:
             cfg.host,
             cfg.port,
             process_request=self._process_request,
+            select_subprotocol=_select_subprotocol,
             max_size=cfg.max_frame_bytes,
             write_limit=cfg.write_limit,
             compression=None,  # PCM does not compress; deflate would only cost CPU
@@ -307,16 +348,57 @@ class DuplexServer:
         if self._server is not None:
             await self._server.wait_closed()
 
+    def refuse(self, who: Connection | str, kind: str, reason: str) -> None:
+        """One log line and one counter for every refusal and forced close."""
+        where = who.session.id if isinstance(who, Connection) else who
+        log.warning("refused %s: %s (%s)", where, reason, kind, extra={"session": where, "refusal": kind})
+        self.metrics.inc("duplex_refusals_total", kind=kind)
+
+    def observe(self, event: dict[str, Any]) -> None:
+        """Count what the server tells clients."""
+        m, etype = self.metrics, event["type"]
+        if etype == "response.done":
+            r = event["response"]
+            m.inc("duplex_replies_total", status=r["status"])
+            if r["status"] == "cancelled":
+                m.inc("duplex_cancels_total", reason=(r.get("status_details") or {}).get("reason", "unknown"))
+            first = (r.get("timings") or {}).get("first_audio")
+            if first is not None:
+                m.observe("duplex_first_audio_seconds", first / 1000)
+        elif etype == "response.output_audio.paused":
+            m.observe("duplex_barge_in_pause_seconds", event.get("detected_after_ms", 0) / 1000)
+        elif etype == "error":
+            m.inc("duplex_errors_total", code=event["error"]["code"])
+
+    def metrics_text(self) -> str:
+        m = self.metrics
+        m.set("duplex_sessions", len(self.connections))
+        m.set("duplex_tasks", len(asyncio.all_tasks()))
+        m.set("duplex_stale_chunks_dropped_by_sessions", sum(c.session.speaker.stale_dropped
+                                                                for c in self.connections))
+        return m.render()
+
     def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
         path = request.path.split("?", 1)[0]
+        peer = "%s:%s" % (connection.remote_address[:2] if connection.remote_address else ("?", "?"))
         if path in (REALTIME_PATH, REALTIME_PATH + "/"):
             if not is_upgrade(request):
                 return text_response(HTTPStatus.UPGRADE_REQUIRED, "this endpoint speaks WebSocket")
+            cfg = self.config
+            refusal = access.check(request, api_key=cfg.api_key,
+                                   origins=access.allowed_origins(cfg.allowed_origins, cfg.host, self.port))
+            if refusal is not None:
+                self.refuse(peer, "forbidden" if refusal.status == HTTPStatus.FORBIDDEN else "unauthorized",
+                            refusal.reason)
+                return text_response(refusal.status, refusal.reason)
             if len(self.connections) >= self.config.max_sessions:
+                self.refuse(peer, "capacity", f"{self.config.max_sessions} sessions already")
                 return text_response(HTTPStatus.SERVICE_UNAVAILABLE, "too many sessions")
             return None
         if path == "/healthz":
             return json_response(HTTPStatus.OK, {"status": "ok", "sessions": len(self.connections)})
+        if path == "/metrics":
+            return metrics_response(self.metrics_text())
         if is_upgrade(request):
             return text_response(HTTPStatus.NOT_FOUND, f"WebSocket endpoint is {REALTIME_PATH}")
         return static_file(self.config.web_dir, path)
@@ -325,9 +407,19 @@ class DuplexServer:
         beta = "realtime=v1" in (ws.request.headers.get("OpenAI-Beta") or "") if ws.request else False
         conn = Connection(self, ws, BETA if beta else GA)
         self.connections.add(conn)
+        self.metrics.inc("duplex_sessions_total")
+        log.info("session opened", extra={"session": conn.session.id})
         try:
             await conn.run()
         except Exception:
-            log.exception("session %s crashed", conn.session.id)
+            log.exception("session crashed", extra={"session": conn.session.id})
         finally:
             self.connections.discard(conn)
+            log.info("session closed", extra={"session": conn.session.id})
+
+
+def _select_subprotocol(connection: ServerConnection, subprotocols: list[str]) -> str | None:
+    """Answer ``realtime`` when offered; never echo the API-key subprotocol back."""
+    if "realtime" in subprotocols:
+        return "realtime"
+    return next((p for p in subprotocols if not p.startswith(access.KEY_PROTOCOL)), None)

@@ -55,6 +55,9 @@ class SessionLimits:
     """Per-session bounds that protect the server."""
 
     max_input_buffer_bytes: int = 15 * 1024 * 1024
+    max_input_speed: float = 64.0
+    input_burst_s: float = 30.0
+    max_reply_s: float = 300.0
 
 
 class Session:
@@ -89,6 +92,8 @@ class Session:
         self._speech_item: str | None = None
         self._ids = EventIds(session_id[-6:])
         self._n = 0
+        self._budget = self.limits.input_burst_s  # seconds of input the client may send now
+        self._budget_at = now
         self._rebuild_listener()
 
     # -- helpers -------------------------------------------------------------
@@ -179,6 +184,17 @@ class Session:
             return self.error(err)
 
     def _append(self, raw: bytes, now: float) -> Output:
+        seconds = len(raw) / 2 / self.settings.input_rate
+        lim = self.limits
+        self._budget = min(lim.input_burst_s, self._budget + (now - self._budget_at) * lim.max_input_speed)
+        self._budget_at = now
+        if seconds > self._budget:
+            raise ProtocolError(
+                "input_rate_exceeded",
+                f"input audio is arriving faster than {lim.max_input_speed:g}x real time; this chunk was dropped",
+                param="audio",
+            )
+        self._budget -= seconds
         if self._listener is None and len(self._input) + len(raw) > self.limits.max_input_buffer_bytes:
             raise ProtocolError(
                 "input_audio_buffer_full",

@@ -219,6 +219,9 @@ class Speaker:
             r.playout.on_sent(n, self._t(now))
             r.item.audio_samples += n
             r.deltas += 1
+            if r.item.audio_samples >= s.limits.max_reply_s * s.settings.output_rate:
+                # Long enough: end it like a length limit (the edge stops the engine).
+                return out + self.finish(r, "incomplete", {"type": "incomplete", "reason": "max_output_tokens"})
         if chunk.words:
             r.item.words.extend(chunk.words)
             upto = max(w.end for w in chunk.words)
@@ -268,7 +271,10 @@ class Speaker:
             return []
         r.playout.pause(self._t(now))
         at = self._played_ms(r, onset)
-        return [self.s.event("response.output_audio.paused", **self._ids(r), epoch=r.epoch, audio_end_ms=at)]
+        rate = self.s.settings.input_rate
+        after = (self.s.input_samples - onset) * 1000 // rate  # how long after the onset this was decided
+        return [self.s.event("response.output_audio.paused", **self._ids(r), epoch=r.epoch, audio_end_ms=at,
+                             detected_after_ms=after)]
 
     def resume(self, now: float) -> list[dict[str, Any]]:
         r = self.heard

@@ -135,6 +135,8 @@ class Listener:
         return out
 
     def _slice(self, start: int, end: int) -> np.ndarray:
+        if not self._chunks:
+            return np.zeros(0, np.int16)
         audio = np.concatenate(self._chunks) if len(self._chunks) != 1 else self._chunks[0]
         self._chunks = [audio]
         a = max(0, start - self._buffer_start)

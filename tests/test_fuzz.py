@@ -1,0 +1,116 @@
+"""Fuzzing the protocol codec and the session state machine with random and mutated input.
+
+Whatever arrives, no exception escapes, a bad input gets exactly one ``error``
+event, and the session's invariants hold.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from app.protocol import CLIENT_EVENT_TYPES, ClientEvent, ProtocolError, decode
+from app.session import Session
+from app.speaker import CancelReply, StartReply
+from pipeline.vad import SileroModel
+
+MODEL = SileroModel()
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=12), kids, max_size=4),
+    max_leaves=12,
+)
+valid = [
+    {"type": "session.update", "session": {"voice": "alloy", "instructions": "hi", "pacing": {"enabled": False}}},
+    {"type": "session.update", "session": {"audio": {"input": {"format": {"type": "audio/pcm", "rate": 16000}}}}},
+    {"type": "session.update", "session": {"turn_detection": None}},
+    {"type": "input_audio_buffer.append", "audio": base64.b64encode(np.zeros(480, "<i2").tobytes()).decode()},
+    {"type": "input_audio_buffer.commit"},
+    {"type": "input_audio_buffer.clear"},
+    {"type": "conversation.item.create",
+     "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hello"}]}},
+    {"type": "conversation.item.retrieve", "item_id": "item_x"},
+    {"type": "conversation.item.delete", "item_id": "item_x"},
+    {"type": "conversation.item.truncate", "item_id": "item_x", "content_index": 0, "audio_end_ms": 10},
+    {"type": "response.create"},
+    {"type": "response.create", "response": {"output_modalities": ["text"], "instructions": "x"}},
+    {"type": "response.cancel"},
+    {"type": "playback.ack", "response_id": "r", "played_samples": 10, "input_samples": 5},
+    {"type": "session.sync"},
+]
+
+
+@st.composite
+def mutated(draw) -> str | bytes:
+    """A valid event with a field dropped, replaced or added; or junk."""
+    kind = draw(st.sampled_from(["mutate", "random_event", "json", "text", "bytes"]))
+    if kind == "bytes":
+        return draw(st.binary(max_size=64))
+    if kind == "text":
+        return draw(st.text(max_size=64))
+    if kind == "json":
+        return json.dumps(draw(json_values))
+    if kind == "random_event":
+        event = {"type": draw(st.sampled_from(sorted(CLIENT_EVENT_TYPES))),
+                 **draw(st.dictionaries(st.text(max_size=12), json_values, max_size=4))}
+        return json.dumps(event)
+    event = json.loads(json.dumps(draw(st.sampled_from(valid))))
+    keys = [k for k in event if k != "type"]
+    action = draw(st.sampled_from(["drop", "replace", "add", "keep"]))
+    if action == "drop" and keys:
+        event.pop(draw(st.sampled_from(keys)))
+    elif action == "replace" and keys:
+        event[draw(st.sampled_from(keys))] = draw(json_values)
+    elif action == "add":
+        event[draw(st.text(max_size=10))] = draw(json_values)
+    return json.dumps(event)
+
+
+def check_invariants(s: Session, last_samples: int) -> None:
+    ids = [i.id for i in s.conversation.items]
+    assert len(ids) == len(set(ids)), "item ids are unique"
+    r = s.speaker.active
+    assert r is None or r.item in s.conversation.items, "the live reply's item is in the conversation"
+    assert s.input_samples >= last_samples, "the input clock never goes back"
+    assert s.settings.input_rate in (16000, 24000) and s.settings.output_rate > 0
+    assert 0 <= s.speaker.epoch
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(messages=st.lists(mutated(), min_size=1, max_size=25), finish=st.lists(st.booleans(), min_size=1))
+def test_random_and_mutated_input_never_breaks_the_session(messages, finish):
+    s = Session("sess_fuzz", 0.0, vad_model=MODEL)
+    s.start()
+    now, samples = 0.0, 0
+    for i, message in enumerate(messages):
+        now += 0.02
+        if isinstance(message, bytes):
+            out = s.feed_binary(message, now)  # binary audio mode is off: always an error
+            assert [e["type"] for e in out] == ["error"]
+        else:
+            try:
+                event = decode(message, max_bytes=1 << 20)
+            except ProtocolError as err:
+                out = s.error(err)
+                assert [e["type"] for e in out] == ["error"] and out[0]["error"]["code"]
+            else:
+                assert isinstance(event, ClientEvent)
+                out = s.feed(event, now)
+                errors = [e for e in out if isinstance(e, dict) and e["type"] == "error"]
+                assert len(errors) <= 1
+                if errors:  # a refused event changed nothing visible but the error
+                    assert len(out) == 1
+        for o in out:
+            assert isinstance(o, (dict, StartReply, CancelReply)) or type(o).__name__ in ("Transcribe", "Sync")
+            if isinstance(o, dict):
+                json.dumps(o, default=lambda b: "<bytes>")  # every event can go on the wire
+        r = s.speaker.active
+        if r is not None and finish[i % len(finish)]:
+            s.on_reply_finished(r.id, now)  # the engine finished it meanwhile
+        check_invariants(s, samples)
+        samples = s.input_samples

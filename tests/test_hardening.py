@@ -1,0 +1,267 @@
+"""Access, limits, faults and observability, over real WebSockets."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import socket
+import urllib.request
+
+import numpy as np
+import pytest
+import websockets
+from openai import AsyncOpenAI
+
+from app.server import DuplexServer
+from pipeline.talker import TalkerError
+from tests.client import RealtimeClient, audio_of, pcm_b64
+from tests.util import stage_tasks, until
+
+LONG = " ".join(f"This is sentence number {i} of a long reply." for i in range(20))
+
+
+def _url(port: int, query: str = "") -> str:
+    return f"ws://127.0.0.1:{port}/v1/realtime{query}"
+
+
+async def _refused(port: int, **kwargs) -> int:
+    with pytest.raises(websockets.InvalidStatus) as info:
+        await websockets.connect(_url(port, kwargs.pop("query", "")), **kwargs)
+    return info.value.response.status_code
+
+
+# -- access -----------------------------------------------------------------------
+
+
+async def test_api_key_from_header_query_or_subprotocol(make_server, caplog):
+    server = await make_server(api_key="sekret")
+    caplog.set_level(logging.WARNING, logger="duplex.server")
+    assert await _refused(server.port) == 401
+    assert await _refused(server.port, additional_headers={"Authorization": "Bearer wrong"}) == 401
+    assert any("refused" in r.getMessage() and "API key" in r.getMessage() for r in caplog.records)
+    for kwargs in ({"additional_headers": {"Authorization": "Bearer sekret"}},
+                   {"query": "?api_key=sekret"},
+                   {"subprotocols": ["realtime", "openai-insecure-api-key.sekret"]}):
+        query = kwargs.pop("query", "")
+        ws = await websockets.connect(_url(server.port, query), **kwargs)
+        assert json.loads(await ws.recv())["type"] == "session.created"
+        if "subprotocols" in kwargs:
+            assert ws.subprotocol == "realtime", "the key subprotocol is never echoed back"
+        await ws.close()
+    # The official SDK sends its key as a Bearer header.
+    client = AsyncOpenAI(api_key="sekret", base_url=f"http://127.0.0.1:{server.port}/v1",
+                         websocket_base_url=f"ws://127.0.0.1:{server.port}/v1")
+    async with client.realtime.connect(model="duplex") as conn:
+        assert (await conn.recv()).type == "session.created"
+    assert 'duplex_refusals_total{kind="unauthorized"} 2' in server.metrics_text()
+
+
+async def test_origin_allow_list_stops_cross_site_pages(make_server):
+    server = await make_server()
+    own = f"http://127.0.0.1:{server.port}"
+    assert await _refused(server.port, origin="http://evil.example") == 403
+    ws = await websockets.connect(_url(server.port), origin=own)  # the server's own page
+    await ws.close()
+    ws = await websockets.connect(_url(server.port))  # no Origin: not a browser
+    await ws.close()
+    listed = await make_server(allowed_origins=("https://app.example",))
+    ws = await websockets.connect(_url(listed.port), origin="https://app.example")
+    await ws.close()
+    assert await _refused(listed.port, origin=f"http://127.0.0.1:{listed.port}") == 403
+
+
+async def test_session_limit_refuses_with_503(make_server):
+    server = await make_server(max_sessions=2)
+    a, b = await RealtimeClient.connect(server.port), await RealtimeClient.connect(server.port)
+    assert await _refused(server.port) == 503
+    await a.close()
+    await until(lambda: len(server.connections) == 1)
+    c = await RealtimeClient.connect(server.port)  # room again
+    await asyncio.gather(b.close(), c.close())
+
+
+# -- limits -----------------------------------------------------------------------
+
+
+async def test_input_faster_than_allowed_is_refused_and_the_session_goes_on(make_server):
+    server = await make_server(max_input_speed=2.0, input_burst_s=1.0)
+    c = await RealtimeClient.connect(server.port)
+    await c.update(turn_detection=None)
+    await c.send("input_audio_buffer.append", audio=pcm_b64(np.zeros(12000, np.int16)))  # 0.5 s: fine
+    await c.send("input_audio_buffer.append", audio=pcm_b64(np.zeros(72000, np.int16)), event_id="fast")
+    err = await c.until("error")
+    assert err["error"]["code"] == "input_rate_exceeded" and err["error"]["event_id"] == "fast"
+    await c.send("input_audio_buffer.commit")
+    committed = await c.until("input_audio_buffer.committed")  # the half second accepted before stays
+    assert committed["item_id"]
+    await c.close()
+
+
+async def test_binary_frame_over_the_size_limit_gets_an_error(make_server):
+    server = await make_server(max_message_bytes=4096)
+    c = await RealtimeClient.connect(server.port)
+    await c.update(binary_audio=True)
+    await c.send_raw(b"\x00" * 8192)
+    assert (await c.until("error"))["error"]["code"] == "message_too_large"
+    await c.say("still here")
+    await c.close()
+
+
+async def test_reply_length_limit_ends_the_reply_and_stops_the_talker(make_server, espeak_runtime):
+    server = await make_server(max_reply_s=1.0)
+    c = await RealtimeClient.connect(server.port)
+    await c.update(pacing={"enabled": False})
+    await c.say(LONG)
+    await c.send("response.create")
+    done = await c.until("response.done")
+    assert done["response"]["status"] == "incomplete"
+    assert done["response"]["status_details"]["reason"] == "max_output_tokens"
+    assert 24000 <= audio_of(c.events).size <= 24000 + 2 * 1441
+    await until(lambda: not stage_tasks(), what="the reply's stages stopped")
+    assert await asyncio.to_thread(espeak_runtime.wait_idle, 10)
+    await c.say("ok")
+    await c.send("response.create")
+    assert (await c.until("response.done"))["response"]["status"] == "completed"
+    await c.close()
+
+
+async def test_idle_session_is_closed_with_a_reason(make_server):
+    server = await make_server(idle_timeout_s=0.5)
+    ws = await websockets.connect(_url(server.port))
+    await ws.recv()  # session.created, then say nothing
+    with pytest.raises(websockets.ConnectionClosed) as info:
+        async with asyncio.timeout(10):
+            await ws.recv()
+    assert info.value.rcvd.code == 1008 and "idle" in info.value.rcvd.reason
+    await until(lambda: not server.connections)
+
+
+async def test_a_client_that_stops_reading_is_closed_within_bounds(make_server):
+    server = await make_server(stall_timeout_s=1.0)
+    ws = await websockets.connect(_url(server.port), max_size=None)
+    await ws.recv()
+    sock = ws.transport.get_extra_info("socket")
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    for event in ({"type": "session.update", "session": {"pacing": {"enabled": False}}},
+                  {"type": "conversation.item.create", "item": {"type": "message", "role": "user",
+                                                                "content": [{"type": "input_text", "text": LONG * 3}]}},
+                  {"type": "response.create"}):
+        await ws.send(json.dumps(event))
+    ws.transport.pause_reading()  # and never read again
+    await until(lambda: not server.connections, 30, what="the stalled client closed")
+    bound = server.config.engine.talker_queue.max_bytes + server.config.engine.output_queue.max_bytes
+    assert server.max_queued_bytes <= bound
+    assert stage_tasks() == []
+    assert 'duplex_refusals_total{kind="stalled"} 1' in server.metrics_text()
+    ws.transport.abort()
+
+
+# -- faults -----------------------------------------------------------------------
+
+
+class _Flaky:
+    """Wraps a real backend to raise once, mid-reply: a fault a real part won't make on demand."""
+
+    def __init__(self, inner, after: int) -> None:
+        self.inner, self.after, self.failed = inner, after, False
+        self.name, self.artifact_id = inner.name, getattr(inner, "artifact_id", "x")
+        self.blocking = getattr(inner, "blocking", False)
+
+    def check_voice(self, voice: str) -> None:
+        self.inner.check_voice(voice)
+
+    async def speak(self, request):
+        n = 0
+        async for chunk in self.inner.speak(request):
+            if not self.failed and n == self.after:
+                self.failed = True
+                raise TalkerError("injected talker fault")
+            n += 1
+            yield chunk
+
+    def open(self, input_rate, output_rate):
+        stream = self.inner.open(input_rate, output_rate)
+        flaky = self
+
+        class Stream:
+            output_rate = stream.output_rate
+
+            def push(self, buf):
+                if not flaky.failed:
+                    flaky.failed = True
+                    raise RuntimeError("injected vocoder fault")
+                return stream.push(buf)
+
+            def flush(self):
+                return stream.flush()
+
+            def output_position(self, p):
+                return stream.output_position(p)
+
+        return Stream()
+
+
+@pytest.mark.parametrize("stage", ["talker", "vocoder"])
+async def test_a_failing_stage_fails_the_reply_and_the_next_one_works(talker, stage, vad_model, recognizer):
+    from app.config import ServerConfig
+    from pipeline.vocoders.pcm import PcmVocoder
+
+    t, v = (_Flaky(talker, 3), PcmVocoder()) if stage == "talker" else (talker, _Flaky(PcmVocoder(), 0))
+    server = DuplexServer(t, v, ServerConfig(host="127.0.0.1", port=0), vad_model=vad_model, recognizer=recognizer)
+    await server.start()
+    try:
+        c = await RealtimeClient.connect(server.port)
+        await c.update(pacing={"enabled": False})
+        await c.say(LONG)
+        await c.send("response.create")
+        events = []
+        while (e := await c.recv())["type"] != "response.done":
+            events.append(e)
+        assert e["response"]["status"] == "failed"
+        errors = [x for x in events if x["type"] == "error"]
+        assert errors and "injected" in errors[0]["error"]["message"]
+        assert stage_tasks() == []
+        await c.say("again")
+        await c.send("response.create")
+        assert (await c.until("response.done"))["response"]["status"] == "completed"
+        await c.close()
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+# -- observability ----------------------------------------------------------------
+
+
+async def test_metrics_count_what_happened(server):
+    c = await RealtimeClient.connect(server.port)
+    await c.update(pacing={"enabled": False})
+    await c.say("count me")
+    await c.send("response.create")
+    await c.until("response.done")
+    await c.update(pacing={"enabled": True})
+    await c.say(LONG)
+    await c.send("response.create")
+    await c.until("response.output_audio.delta")
+    await c.send("response.cancel")
+    await c.until("response.done")
+    await c.send_raw("{bad json")
+    await c.until("error")
+    text = await asyncio.to_thread(lambda: urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics").read().decode())
+    for needle in ('duplex_sessions 1', 'duplex_replies_total{status="completed"} 1',
+                   'duplex_cancels_total{reason="client_cancelled"} 1', 'duplex_errors_total{code="invalid_json"} 1',
+                   "duplex_bytes_in_total", "duplex_bytes_out_total", "duplex_queue_high_water_bytes",
+                   "duplex_stale_events_dropped_total", "duplex_first_audio_seconds_count 2", "duplex_tasks"):
+        assert needle in text, needle
+    await c.close()
+
+
+def test_json_logs_carry_session_ids(capsys):
+    from app import logs
+
+    logs.setup("INFO", "json")
+    logging.getLogger("duplex.server").info("session opened", extra={"session": "sess_abc"})
+    line = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
+    assert line["message"] == "session opened" and line["session"] == "sess_abc" and line["level"] == "INFO"
+    logging.getLogger().handlers.clear()
