@@ -136,7 +136,9 @@ async def serve(config: ServerConfig, backends: BackendChoice) -> None:
             talker.check_voice(config.voice)
         except ValueError as exc:
             raise BackendError(f"--voice: {exc}") from None
-        server = DuplexServer(talker, vocoder, config, vad_model=SileroModel(), recognizer=PocketsphinxRecognizer(),
+        # Both decoders up front: the server's memory is what it will be under load.
+        server = DuplexServer(talker, vocoder, config, vad_model=SileroModel(),
+                              recognizer=PocketsphinxRecognizer(pool_size=2, prewarm=2),
                               thinker=thinker)
         await server.start()
         stop = asyncio.Event()

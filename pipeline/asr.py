@@ -9,8 +9,10 @@ utterance is decoded on a worker thread, off the event loop.
 from __future__ import annotations
 
 import asyncio
+import os
 import queue
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
 import numpy as np
@@ -36,8 +38,12 @@ class PocketsphinxRecognizer:
 
     name = "pocketsphinx"
 
-    def __init__(self, pool_size: int = 2, *, prewarm: int = 1) -> None:
+    def __init__(self, pool_size: int = 2, *, prewarm: int = 1, nice: int = 10) -> None:
         self.pool_size = pool_size
+        # Recognition runs on its own threads at a lower OS priority: when the CPU is
+        # short, the event loop (VAD, barge-in, pacing) must not wait behind it.
+        self._executor = ThreadPoolExecutor(pool_size, thread_name_prefix="asr",
+                                            initializer=_lower_priority, initargs=(nice,))
         self._idle: queue.LifoQueue = queue.LifoQueue()
         self._created = 0
         self._lock = threading.Lock()
@@ -82,4 +88,12 @@ class PocketsphinxRecognizer:
         return " ".join(w for w in text.split() if not w.startswith(("<", "[", "++")))
 
     async def transcribe(self, pcm: np.ndarray, rate: int) -> str:
-        return await asyncio.to_thread(self.transcribe_blocking, pcm, rate)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self.transcribe_blocking, pcm, rate)
+
+
+def _lower_priority(nice: int) -> None:
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
+    except (OSError, AttributeError):  # not permitted or not Linux: run as is
+        pass

@@ -1,0 +1,163 @@
+"""Load test: many concurrent replayed conversations with barge-ins, on loopback, bounded in time.
+
+Starts ``duplex serve`` in its own process and runs N simulated clients paced at
+real time, each looping a conversation: ask a question, listen to the reply, talk
+over it after a second, listen to the answer to that. Prints errors, lost and
+stale audio, latency percentiles, and the server's RSS and task count before,
+at peak, and after the clients have gone.
+
+    python scripts/load_test.py [--sessions 50] [--seconds 120]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import websockets
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from app.simclient import SimulatedClient  # noqa: E402
+from app.sounds import mix, silence, speech, trim  # noqa: E402
+from pipeline.talkers.espeak import EspeakTalker  # noqa: E402
+
+QUESTIONS = ["hello how are you today", "the weather is nice and sunny", "please tell me a story about a dog",
+             "can you hear me", "turn on the lights in the kitchen"]
+INTERRUPTIONS = ["wait, please stop talking now", "hold on a second", "excuse me, I have a question"]
+
+
+def pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))] if s else float("nan")
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def tasks(port: int) -> int:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
+    return int(float(re.search(r"^duplex_tasks (\S+)", text, re.M).group(1)))
+
+
+async def conversation(port: int, audio: dict, until: float, rng: random.Random, out: dict) -> None:
+    ws = await websockets.connect(f"ws://127.0.0.1:{port}/v1/realtime", max_size=None)
+    assert json.loads(await ws.recv())["type"] == "session.created"
+    sim = SimulatedClient(ws, realtime=True)
+    await sim.start()
+    try:
+        await sim.silence(rng.uniform(0.2, 2.0))  # people do not all start at once
+        while time.monotonic() < until:
+            question = audio[rng.choice(QUESTIONS)]
+            end = sim.input_samples + question.size
+            replies_before = len(sim.of_type("response.created"))
+            await sim.stream(mix(question, silence(1.0)))
+            # Wait for the reply to start playing, then talk over it after a second.
+            for _ in range(150):
+                if len(sim.of_type("response.created")) > replies_before:
+                    break
+                await sim.silence(0.02)
+            await sim.silence(1.0)
+            interruption = audio[rng.choice(INTERRUPTIONS)]  # trimmed: its sound starts at once
+            onset = sim.input_samples
+            onset_wall = time.monotonic()
+            await sim.stream(mix(interruption, silence(2.5)))
+            out["turns"] += 1
+            firsts = [r for r in sim.of_type("response.output_audio.delta") if r.at >= end]
+            if firsts:
+                spoken = min(w for n, w in sim.sent_wall.items() if n >= end)
+                out["first_audio"].append((firsts[0].wall - spoken) * 1000)
+            paused = [r for r in sim.of_type("response.output_audio.paused") if r.at >= onset]
+            if paused:
+                out["pause"].append((paused[0].wall - onset_wall) * 1000)
+    except websockets.ConnectionClosed as exc:
+        out["closed"].append(str(exc))
+    finally:
+        await sim.stop()
+        await ws.close()
+    out["errors"] += [r.event["error"]["code"] for r in sim.of_type("error")]
+    out["stale"] += sum(h.stale_bytes for h in sim.heard.values())
+    out["cancelled"] += sum(1 for r in sim.of_type("response.done") if r.event["response"]["status"] == "cancelled")
+    out["completed"] += sum(1 for r in sim.of_type("response.done") if r.event["response"]["status"] == "completed")
+    out["failed"] += sum(1 for r in sim.of_type("response.done") if r.event["response"]["status"] == "failed")
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sessions", type=int, default=50)
+    ap.add_argument("--seconds", type=float, default=120.0)
+    args = ap.parse_args()
+    talker = EspeakTalker()
+    audio = {t: trim(await speech(talker, t), 24000) for t in QUESTIONS + INTERRUPTIONS}
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "app", "serve", "--port", str(port), "--log-level", "WARNING"],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    for _ in range(200):
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                break
+        except OSError:
+            time.sleep(0.1)
+    try:
+        # Warm up (one conversation), then the baseline.
+        warm = {"turns": 0, "first_audio": [], "pause": [], "errors": [], "stale": 0, "cancelled": 0,
+                "completed": 0, "failed": 0, "closed": []}
+        await conversation(port, audio, time.monotonic() + 1, random.Random(0), warm)
+        await asyncio.sleep(2)
+        base_rss, base_tasks = rss_kib(proc.pid), tasks(port)
+        out = {"turns": 0, "first_audio": [], "pause": [], "errors": [], "stale": 0, "cancelled": 0,
+               "completed": 0, "failed": 0, "closed": []}
+        until = time.monotonic() + args.seconds
+        peak = {"rss": base_rss, "tasks": base_tasks}
+
+        async def watch() -> None:
+            while time.monotonic() < until:
+                await asyncio.sleep(2)
+                peak["rss"] = max(peak["rss"], rss_kib(proc.pid))
+                peak["tasks"] = max(peak["tasks"], await asyncio.to_thread(tasks, port))
+
+        t0 = time.monotonic()
+        await asyncio.gather(watch(), *(conversation(port, audio, until, random.Random(i), out)
+                                        for i in range(args.sessions)))
+        wall = time.monotonic() - t0
+        await asyncio.sleep(3)  # let the server notice every close
+        after_rss, after_tasks = rss_kib(proc.pid), tasks(port)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    print(f"\nLoad test: {args.sessions} concurrent conversations for {wall:.0f} s, clients paced at real time, "
+          "each turn a question then a barge-in over its reply\n")
+    print("| measure | value |")
+    print("|---|---|")
+    print(f"| turns (question + barge-in) | {out['turns']} |")
+    print(f"| replies completed / cancelled by barge-in / failed | {out['completed']} / {out['cancelled']} / {out['failed']} |")
+    print(f"| error events | {len(out['errors'])} {sorted(set(out['errors'])) or ''} |")
+    print(f"| connections closed by the server | {len(out['closed'])} |")
+    print(f"| stale or lost audio bytes (after done, or out of seq/epoch) | {out['stale']} |")
+    for name, key in (("speech end -> first audio", "first_audio"), ("barge-in onset -> pause event", "pause")):
+        v = out[key]
+        print(f"| {name}: median / p95 / max | {statistics.median(v):.0f} / {pct(v, 0.95):.0f} / {max(v):.0f} ms |"
+              if v else f"| {name} | - |")
+    print(f"| server RSS: baseline / peak / after | {base_rss // 1024} / {peak['rss'] // 1024} / {after_rss // 1024} MiB |")
+    print(f"| server tasks: baseline / peak / after | {base_tasks} / {peak['tasks']} / {after_tasks} |")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
