@@ -267,7 +267,9 @@ class Session:
         out: Output = [self.event("conversation.item.input_audio_transcription.completed",
                                   item_id=item_id, content_index=0, transcript=text, **extra)]
         td = self.settings.turn_detection
-        if td is not None and td.create_response and self.speaker.active is None:
+        users = [i for i in self.conversation.items if i.role == "user"]
+        latest = users[-1] is item if users else False  # a later turn supersedes this one: answer that
+        if td is not None and td.create_response and self.speaker.active is None and latest:
             out += self.speaker.begin(self.messages(), self.settings.output_modalities, self.settings.voice, now)
         return out
 

@@ -139,6 +139,20 @@ def _format(value: Any, param: str, rates: tuple[int, ...], current: int) -> int
     return rate
 
 
+def _side_rate(update: dict[str, Any], audio_side: dict[str, Any], side: str, rates: tuple[int, ...],
+               current: int) -> int | None:
+    """The rate an update sets for one side (GA ``audio.<side>.format`` or beta
+    ``<side>_audio_format`` + ``<side>_audio_rate``), or None if it sets none."""
+    rate = None
+    if "format" in audio_side:
+        rate = _format(audio_side["format"], f"session.audio.{side}.format", rates, current)
+    if f"{side}_audio_format" in update:
+        rate = _format(update[f"{side}_audio_format"], f"session.{side}_audio_format", rates, current)
+        if f"{side}_audio_rate" in update:
+            rate = _format({"rate": update[f"{side}_audio_rate"]}, f"session.{side}_audio_rate", rates, current)
+    return rate
+
+
 def _turn_detection(value: Any, param: str, current: TurnDetection | None) -> TurnDetection | None:
     if value is None:
         return None
@@ -203,21 +217,17 @@ def apply_update(
     check_type(a_in, (dict,), f"{p}.audio.input")
     check_type(a_out, (dict,), f"{p}.audio.output")
 
-    in_fmt = [(a_in, "format", f"{p}.audio.input.format"), (update, "input_audio_format", f"{p}.input_audio_format")]
-    for obj, key, param in in_fmt:
-        if key in obj:
-            rate = _format(obj[key], param, INPUT_RATES, s.input_rate)
-            if key == "input_audio_format" and "input_audio_rate" in update:
-                rate = _format({"rate": update["input_audio_rate"]}, f"{p}.input_audio_rate", INPUT_RATES, s.input_rate)
+    for side, obj, rates in (("input", a_in, INPUT_RATES), ("output", a_out, OUTPUT_RATES)):
+        current = s.input_rate if side == "input" else s.output_rate
+        rate = _side_rate(update, obj, side, rates, current)
+        if rate is None:
+            continue
+        if side == "input":
             if rate != s.input_rate and audio_started:
-                raise ProtocolError("invalid_value", "the input rate cannot change once audio has been received", param=param)
+                raise ProtocolError("invalid_value", "the input rate cannot change once audio has been received",
+                                    param=f"{p}.audio.input.format")
             s = replace(s, input_rate=rate)
-    out_fmt = [(a_out, "format", f"{p}.audio.output.format"), (update, "output_audio_format", f"{p}.output_audio_format")]
-    for obj, key, param in out_fmt:
-        if key in obj:
-            rate = _format(obj[key], param, OUTPUT_RATES, s.output_rate)
-            if key == "output_audio_format" and "output_audio_rate" in update:
-                rate = _format({"rate": update["output_audio_rate"]}, f"{p}.output_audio_rate", OUTPUT_RATES, s.output_rate)
+        else:
             s = replace(s, output_rate=rate)
     for obj, param in ((a_out, f"{p}.audio.output"), (update, p)):
         if "voice" in obj:

@@ -20,6 +20,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -58,33 +59,37 @@ def tasks(port: int) -> int:
 async def conversation(port: int, audio: dict, until: float, rng: random.Random, out: dict) -> None:
     ws = await websockets.connect(f"ws://127.0.0.1:{port}/v1/realtime", max_size=None)
     assert json.loads(await ws.recv())["type"] == "session.created"
-    sim = SimulatedClient(ws, realtime=True)
+    sim = SimulatedClient(ws, realtime=True, frame_ms=40)
     await sim.start()
     try:
-        await sim.silence(rng.uniform(0.2, 2.0))  # people do not all start at once
+        await sim.silence(rng.uniform(0.5, 6.0))  # people do not all start at once
         while time.monotonic() < until:
             question = audio[rng.choice(QUESTIONS)]
             end = sim.input_samples + question.size
-            replies_before = len(sim.of_type("response.created"))
-            await sim.stream(mix(question, silence(1.0)))
-            # Wait for the reply to start playing, then talk over it after a second.
-            for _ in range(150):
-                if len(sim.of_type("response.created")) > replies_before:
+            seen = len(sim.events)
+            await sim.stream(question)
+            # Listen until the reply's first audio (or give up after 15 s); only new events are looked at.
+            first = None
+            for _ in range(375):
+                first = next((r for r in sim.events[seen:] if r.event["type"] == "response.output_audio.delta"), None)
+                if first is not None:
                     break
-                await sim.silence(0.02)
-            await sim.silence(1.0)
-            interruption = audio[rng.choice(INTERRUPTIONS)]  # trimmed: its sound starts at once
-            onset = sim.input_samples
-            onset_wall = time.monotonic()
-            await sim.stream(mix(interruption, silence(2.5)))
+                await sim.silence(0.04)
             out["turns"] += 1
-            firsts = [r for r in sim.of_type("response.output_audio.delta") if r.at >= end]
-            if firsts:
+            if first is not None:
                 spoken = min(w for n, w in sim.sent_wall.items() if n >= end)
-                out["first_audio"].append((firsts[0].wall - spoken) * 1000)
-            paused = [r for r in sim.of_type("response.output_audio.paused") if r.at >= onset]
-            if paused:
-                out["pause"].append((paused[0].wall - onset_wall) * 1000)
+                out["first_audio"].append((first.wall - spoken) * 1000)
+            if first is not None and rng.random() < 0.5:
+                # Half the time, talk over the reply a second in.
+                await sim.silence(1.0)
+                seen, onset_wall = len(sim.events), time.monotonic()
+                await sim.stream(audio[rng.choice(INTERRUPTIONS)])  # trimmed: its sound starts at once
+                await sim.silence(1.0)
+                out["barge_ins"] += 1
+                paused = next((r for r in sim.events[seen:] if r.event["type"] == "response.output_audio.paused"), None)
+                if paused is not None:
+                    out["pause"].append((paused.wall - onset_wall) * 1000)
+            await sim.silence(rng.uniform(3.0, 6.0))  # listen to the rest, think, then speak again
     except websockets.ConnectionClosed as exc:
         out["closed"].append(str(exc))
     finally:
@@ -107,8 +112,9 @@ async def main() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    log = open(Path(tempfile.gettempdir()) / "duplex-load-server.log", "w")  # a pipe nobody reads would block it
     proc = subprocess.Popen([sys.executable, "-m", "app", "serve", "--port", str(port), "--log-level", "WARNING"],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                            cwd=ROOT, stdout=log, stderr=log)
     for _ in range(200):
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.2):
@@ -117,13 +123,13 @@ async def main() -> None:
             time.sleep(0.1)
     try:
         # Warm up (one conversation), then the baseline.
-        warm = {"turns": 0, "first_audio": [], "pause": [], "errors": [], "stale": 0, "cancelled": 0,
-                "completed": 0, "failed": 0, "closed": []}
+        warm = {"turns": 0, "barge_ins": 0, "first_audio": [], "pause": [], "errors": [], "stale": 0,
+                "cancelled": 0, "completed": 0, "failed": 0, "closed": []}
         await conversation(port, audio, time.monotonic() + 1, random.Random(0), warm)
         await asyncio.sleep(2)
         base_rss, base_tasks = rss_kib(proc.pid), tasks(port)
-        out = {"turns": 0, "first_audio": [], "pause": [], "errors": [], "stale": 0, "cancelled": 0,
-               "completed": 0, "failed": 0, "closed": []}
+        out = {"turns": 0, "barge_ins": 0, "first_audio": [], "pause": [], "errors": [], "stale": 0,
+               "cancelled": 0, "completed": 0, "failed": 0, "closed": []}
         until = time.monotonic() + args.seconds
         peak = {"rss": base_rss, "tasks": base_tasks}
 
@@ -142,14 +148,15 @@ async def main() -> None:
     finally:
         proc.terminate()
         proc.wait(30)
+        log.close()
     print(f"\nLoad test: {args.sessions} concurrent conversations for {wall:.0f} s, clients paced at real time, "
-          "each turn a question then a barge-in over its reply\n")
+          "each turn a question, the reply, a barge-in over it half the time, a pause\n")
     print("| measure | value |")
     print("|---|---|")
-    print(f"| turns (question + barge-in) | {out['turns']} |")
+    print(f"| turns / barge-ins | {out['turns']} / {out['barge_ins']} |")
     print(f"| replies completed / cancelled by barge-in / failed | {out['completed']} / {out['cancelled']} / {out['failed']} |")
     print(f"| error events | {len(out['errors'])} {sorted(set(out['errors'])) or ''} |")
-    print(f"| connections closed by the server | {len(out['closed'])} |")
+    print(f"| connections closed by the server | {len(out['closed'])} {sorted(set(out['closed']))[:3]} |")
     print(f"| stale or lost audio bytes (after done, or out of seq/epoch) | {out['stale']} |")
     for name, key in (("speech end -> first audio", "first_audio"), ("barge-in onset -> pause event", "pause")):
         v = out[key]

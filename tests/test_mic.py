@@ -116,6 +116,22 @@ class Room:
             self.sd._terminate()
 
 
+async def _start_demo(url: str, jack_name: str) -> tuple[asyncio.subprocess.Process, list[str], asyncio.Task]:
+    """The real `duplex mic` as a subprocess, its output lines collected as they come."""
+    demo = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "app", "mic", "--url", url, "--input", "system", "--output", "system",
+        "--jack-name", jack_name, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    lines: list[str] = []
+
+    async def read() -> None:
+        assert demo.stdout is not None
+        while line := await demo.stdout.readline():
+            lines.append(line.decode().rstrip())
+
+    return demo, lines, asyncio.create_task(read())
+
+
 def _rms(x: np.ndarray, hop: int = RATE // 20) -> np.ndarray:
     n = x.size // hop
     return np.sqrt((x[: n * hop].reshape(n, hop).astype(np.float64) ** 2).mean(axis=1))
@@ -128,18 +144,7 @@ async def test_mic_demo_hears_answers_and_is_interrupted_through_a_virtual_room(
     ask_end = int(1.5 * RATE) + ask.size
     stop_on = ask_end + int(2.2 * RATE) + voiced_bounds(stop, RATE)[0]
 
-    demo = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "app", "mic", "--url", f"ws://127.0.0.1:{server.port}/v1/realtime",
-        "--input", "system", "--output", "system", "--jack-name", "duplexmic",
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    lines: list[str] = []
-
-    async def read() -> None:
-        assert demo.stdout is not None
-        while line := await demo.stdout.readline():
-            lines.append(line.decode().rstrip())
-
-    reader = asyncio.create_task(read())
+    demo, lines, reader = await _start_demo(f"ws://127.0.0.1:{server.port}/v1/realtime", "duplexmic")
     room = Room(script)
     try:
         await until(lambda: any("connected" in ln for ln in lines) and "duplexmic:in_0" in _ports(), 30,
@@ -193,18 +198,7 @@ async def test_mic_demo_reconnects_when_the_server_comes_back(jack, talker, make
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    demo = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "app", "mic", "--url", f"ws://127.0.0.1:{port}/v1/realtime",
-        "--input", "system", "--output", "system", "--jack-name", "duplexmic2",
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    lines: list[str] = []
-
-    async def read() -> None:
-        assert demo.stdout is not None
-        while line := await demo.stdout.readline():
-            lines.append(line.decode().rstrip())
-
-    reader = asyncio.create_task(read())
+    demo, lines, reader = await _start_demo(f"ws://127.0.0.1:{port}/v1/realtime", "duplexmic2")
     try:
         await until(lambda: any("lost the server" in ln for ln in lines), 30, what="a clear 'lost the server' line")
         await make_server(port=port)  # the server comes (back) up on that port
