@@ -57,7 +57,9 @@ class PocketsphinxRecognizer:
 
         with self._lock:
             self._created += 1
-        return Decoder(samprate=ASR_RATE, loglevel="FATAL")
+        # Batch normalisation over each utterance: a decoder's answer must not depend on
+        # what it (or the pool) heard before, or replays would not repeat.
+        return Decoder(samprate=ASR_RATE, loglevel="FATAL", cmn="batch")
 
     def _borrow(self):
         try:
