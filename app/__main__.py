@@ -40,6 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--thinker-sampling", default="", help="more sampling parameters for the thinker, as JSON")
     serve.add_argument("--max-sessions", type=int, default=200)
     serve.add_argument("--max-message-bytes", type=int, default=2 * 1024 * 1024)
+    serve.add_argument("--asr-workers", type=int, default=2,
+                       help="speech recognition worker processes (~100 MB each)")
     serve.add_argument("--log-level", default="INFO")
     serve.add_argument("--log-format", choices=["text", "json"], default="text",
                        help="json: one object per line, with session and response ids")
@@ -131,14 +133,15 @@ async def serve(config: ServerConfig, backends: BackendChoice) -> None:
     from pipeline.vad import SileroModel
 
     talker, vocoder, thinker = await build(backends)
+    recognizer = PocketsphinxRecognizer(workers=config.asr_workers)
     try:
         try:
             talker.check_voice(config.voice)
         except ValueError as exc:
             raise BackendError(f"--voice: {exc}") from None
-        # Both decoders up front: the server's memory is what it will be under load.
-        server = DuplexServer(talker, vocoder, config, vad_model=SileroModel(),
-                              recognizer=PocketsphinxRecognizer(pool_size=2, prewarm=2),
+        # Every decoder up front: the server's memory is what it will be under load.
+        await asyncio.to_thread(recognizer.prewarm)
+        server = DuplexServer(talker, vocoder, config, vad_model=SileroModel(), recognizer=recognizer,
                               thinker=thinker)
         await server.start()
         stop = asyncio.Event()
@@ -149,6 +152,7 @@ async def serve(config: ServerConfig, backends: BackendChoice) -> None:
         server.close()
         await server.wait_closed()
     finally:
+        recognizer.close()
         await thinker.aclose()
         await talker.aclose()
 
@@ -164,11 +168,15 @@ def main(argv: list[str] | None = None) -> int:
         from app import logs
 
         logs.setup(args.log_level, args.log_format)
+        if args.asr_workers < 1:
+            print("duplex: --asr-workers must be at least 1", file=sys.stderr)
+            return 2
         config = ServerConfig(host=args.host, port=args.port, voice=args.voice,
                               max_sessions=args.max_sessions, max_message_bytes=args.max_message_bytes,
                               api_key=args.api_key or None, allowed_origins=tuple(args.allow_origin),
                               max_input_speed=args.max_input_speed, max_reply_s=args.max_reply_s,
-                              idle_timeout_s=args.idle_timeout, stall_timeout_s=args.stall_timeout)
+                              idle_timeout_s=args.idle_timeout, stall_timeout_s=args.stall_timeout,
+                              asr_workers=args.asr_workers)
         backends = BackendChoice(talker=args.talker, model=args.model, remote_url=args.remote_url,
                                  remote_model=args.remote_model, codec_layout=args.codec_layout,
                                  vocoder=args.vocoder, vocoder_weights=args.vocoder_weights, dtype=args.dtype,

@@ -48,3 +48,5 @@ class ServerConfig:
     """A session that sends nothing for this long is closed."""
     stall_timeout_s: float = 30.0
     """A client that stops reading is closed once a send has waited this long."""
+    asr_workers: int = 2
+    """Recognition worker processes (one decoder, ~100 MB, each); turns queue for them."""

@@ -317,6 +317,8 @@ class MicDemo:
         elif t == "conversation.item.input_audio_transcription.completed":
             self.heard = e["transcript"]
             self.say(f"heard: {self.heard!r}")
+        elif t == "conversation.item.input_audio_transcription.failed":
+            self.say(f"not transcribed: {e['error']['message']}")
         elif t == "response.output_audio.delta":
             rid = e["response_id"]
             if rid != self.current:

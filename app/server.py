@@ -26,6 +26,7 @@ from websockets.http11 import Request, Response
 from app.config import ServerConfig
 from app import access
 from app.http import REALTIME_PATH, is_upgrade, json_response, metrics_response, static_file, text_response
+from app.memory import release_idle_memory
 from app.metrics import Metrics
 from app.protocol import BETA, GA, ProtocolError, decode, encode
 from app.session import Action, CancelReply, Session, SessionLimits, StartReply, Sync, Transcribe
@@ -189,17 +190,18 @@ class Connection:
             return
 
     async def _transcribe(self, action: Transcribe) -> None:
-        text = ""
+        text, failure = "", None
         recognizer = self.server.recognizer
         started = self.loop.time()
         if recognizer is not None:
             try:
                 text = await recognizer.transcribe(action.audio, action.rate)
-            except Exception:  # a failed recognition is heard as nothing, not a dead session
-                log.exception("recognition failed for %s", action.item_id)
+            except Exception as exc:  # a failed recognition is heard as nothing, not a dead session
+                log.exception("recognition failed for %s", action.item_id, extra={"session": self.session.id})
+                failure = f"speech recognition failed: {exc}"
         took = (self.loop.time() - started) * 1000
         try:
-            await self.execute(self.session.on_transcript(action.item_id, text, self.loop.time(), took))
+            await self.execute(self.session.on_transcript(action.item_id, text, self.loop.time(), took, failure))
         except ConnectionClosed:
             pass
 
@@ -416,6 +418,8 @@ class DuplexServer:
         finally:
             self.connections.discard(conn)
             log.info("session closed", extra={"session": conn.session.id})
+            if not self.connections:
+                release_idle_memory()  # the last one out: what a burst of sessions held goes back
 
 
 def _select_subprotocol(connection: ServerConnection, subprotocols: list[str]) -> str | None:

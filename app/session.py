@@ -256,16 +256,23 @@ class Session:
             self._listener.clear()
         return [self.event("input_audio_buffer.cleared")]
 
-    def on_transcript(self, item_id: str, text: str, now: float, recognition_ms: float | None = None) -> Output:
-        """The recogniser heard ``text`` in a committed user item (in ``recognition_ms``)."""
+    def on_transcript(self, item_id: str, text: str, now: float, recognition_ms: float | None = None,
+                      failure: str | None = None) -> Output:
+        """The recogniser heard ``text`` in a committed user item (in ``recognition_ms``),
+        or failed with ``failure``: then the turn counts as heard as nothing and goes on."""
         try:
             item = self.conversation.get(item_id)
         except ProtocolError:
             return []  # deleted meanwhile
         item.content[0]["transcript"] = text
-        extra = {} if recognition_ms is None else {"recognition_ms": round(recognition_ms, 2)}
-        out: Output = [self.event("conversation.item.input_audio_transcription.completed",
-                                  item_id=item_id, content_index=0, transcript=text, **extra)]
+        if failure is not None:
+            out: Output = [self.event("conversation.item.input_audio_transcription.failed", item_id=item_id,
+                                      content_index=0, error={"type": "server_error", "code": "transcription_failed",
+                                                              "message": failure})]
+        else:
+            extra = {} if recognition_ms is None else {"recognition_ms": round(recognition_ms, 2)}
+            out = [self.event("conversation.item.input_audio_transcription.completed",
+                              item_id=item_id, content_index=0, transcript=text, **extra)]
         td = self.settings.turn_detection
         users = [i for i in self.conversation.items if i.role == "user"]
         latest = users[-1] is item if users else False  # a later turn supersedes this one: answer that

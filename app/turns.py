@@ -29,6 +29,8 @@ from pipeline.vad import SileroModel, StreamingVad
 # How much audio to keep before a detected onset: the prefix padding plus the
 # VAD's own decision lag (a window, the resampler, a late-firing window).
 _LOOKBACK_MARGIN_MS = 500
+TAIL_MS = 150
+"""Audio kept after the VAD's end of speech for recognition (Silero already ends late)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +66,8 @@ class Interrupt:
 @dataclass(frozen=True, slots=True)
 class Turn:
     audio: np.ndarray
-    """PCM16 at the input rate, from ``audio_start`` to ``audio_end``."""
+    """PCM16 at the input rate, from ``audio_start`` to the end of speech plus ``TAIL_MS``
+    (at most ``audio_end``): what there is to recognise."""
     audio_start: int
     audio_end: int
 
@@ -131,7 +134,10 @@ class Listener:
             out.append(Interrupt(onset))
         elif barge is None and lasted < self._ms(self.td.min_speech_ms):
             return out  # a click: not a turn
-        out.append(Turn(self._slice(self._segment_start, audio_end), self._segment_start, audio_end))
+        # The recogniser gets the speech and a short tail, not the whole silence window:
+        # the rest is silence it would spend ~13% more CPU on (0.4 s of a 3 s turn).
+        heard_end = min(audio_end, speech_end + self._ms(TAIL_MS))
+        out.append(Turn(self._slice(self._segment_start, heard_end), self._segment_start, audio_end))
         return out
 
     def _slice(self, start: int, end: int) -> np.ndarray:

@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 from app.config import ServerConfig  # noqa: E402
 from app.server import DuplexServer  # noqa: E402
 from app.simclient import SimulatedClient  # noqa: E402
-from pipeline.asr import PocketsphinxRecognizer  # noqa: E402
+from pipeline.asr import PocketsphinxRecognizer, decode, new_decoder  # noqa: E402
 from pipeline.talkers.espeak import EspeakTalker  # noqa: E402
 from pipeline.vad import SileroModel, StreamingVad  # noqa: E402
 from pipeline.vocoders.pcm import PcmVocoder  # noqa: E402
@@ -155,11 +155,12 @@ async def false_cancels(port: int, talker: EspeakTalker, minutes: float) -> tupl
     return cancels, pauses, backchannel_count, sim.input_samples / RATE / 60
 
 
-def asr_cpu(recognizer: PocketsphinxRecognizer, utts: list[tuple[np.ndarray, str]]) -> float:
+def asr_cpu(utts: list[tuple[np.ndarray, str]]) -> float:
+    decoder = new_decoder()
     c = time.process_time()
     seconds = 0.0
     for pcm, _ in utts:
-        recognizer.transcribe_blocking(pcm, RATE)
+        decode(decoder, pcm, RATE)
         seconds += pcm.size / RATE
     return (time.process_time() - c) / seconds
 
@@ -177,7 +178,7 @@ async def main() -> None:
     args = ap.parse_args()
     talker = EspeakTalker()
     model = SileroModel()
-    recognizer = PocketsphinxRecognizer(pool_size=1)
+    recognizer = PocketsphinxRecognizer(workers=1)
     utts = await utterances(talker, args.quick)
     delays, vad_cpu = vad_onsets(model, utts)
     server = DuplexServer(talker, PcmVocoder(), ServerConfig(port=0), vad_model=model, recognizer=recognizer)
@@ -188,7 +189,8 @@ async def main() -> None:
     finally:
         server.close()
         await server.wait_closed()
-    asr = asr_cpu(recognizer, utts[:8])
+        recognizer.close()
+    asr = asr_cpu(utts[:8])
     base = statistics.median(delays)
     print(f"\nDuplex listening benchmark: {len(utts)} interruptions ({len(VOICES[:2 if args.quick else None])} voices,"
           " clean and 10 dB SNR), 20 ms client frames, times on the input clock\n")

@@ -131,7 +131,7 @@ async def main() -> None:
     args = ap.parse_args()
     talker = EspeakTalker()
     server = DuplexServer(talker, PcmVocoder(), ServerConfig(port=0), vad_model=SileroModel(),
-                          recognizer=PocketsphinxRecognizer(pool_size=2))
+                          recognizer=PocketsphinxRecognizer(workers=2))
     await server.start()
     runner = Runner(f"ws://127.0.0.1:{server.port}/v1/realtime", talker=talker)
     results: dict[str, list[Result]] = {}

@@ -6,7 +6,7 @@ over it after a second, listen to the answer to that. Prints errors, lost and
 stale audio, latency percentiles, and the server's RSS and task count before,
 at peak, and after the clients have gone.
 
-    python scripts/load_test.py [--sessions 50] [--seconds 120]
+    python scripts/load_test.py [--sessions 50] [--seconds 120] [--rounds 1]
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import re
 import socket
@@ -51,9 +52,28 @@ def rss_kib(pid: int) -> int:
     return 0
 
 
+def children(pid: int) -> list[int]:
+    """Every descendant of ``pid`` (the recognition workers and their fork server)."""
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            out += [int(child), *children(int(child))]
+    return out
+
+
+def cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def tasks(port: int) -> int:
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
     return int(float(re.search(r"^duplex_tasks (\S+)", text, re.M).group(1)))
+
+
+def tally() -> dict:
+    return {"turns": 0, "barge_ins": 0, "first_audio": [], "recognition": [], "pause": [], "errors": [], "stale": 0,
+            "cancelled": 0, "completed": 0, "failed": 0, "untranscribed": 0, "closed": []}
 
 
 async def conversation(port: int, audio: dict, until: float, rng: random.Random, out: dict) -> None:
@@ -96,6 +116,9 @@ async def conversation(port: int, audio: dict, until: float, rng: random.Random,
         await sim.stop()
         await ws.close()
     out["errors"] += [r.event["error"]["code"] for r in sim.of_type("error")]
+    out["recognition"] += [r.event["recognition_ms"]
+                           for r in sim.of_type("conversation.item.input_audio_transcription.completed")]
+    out["untranscribed"] += len(sim.of_type("conversation.item.input_audio_transcription.failed"))
     out["stale"] += sum(h.stale_bytes for h in sim.heard.values())
     out["cancelled"] += sum(1 for r in sim.of_type("response.done") if r.event["response"]["status"] == "cancelled")
     out["completed"] += sum(1 for r in sim.of_type("response.done") if r.event["response"]["status"] == "completed")
@@ -106,6 +129,7 @@ async def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sessions", type=int, default=50)
     ap.add_argument("--seconds", type=float, default=120.0)
+    ap.add_argument("--rounds", type=int, default=1, help="rounds of --seconds; RSS and tasks are read after each")
     args = ap.parse_args()
     talker = EspeakTalker()
     audio = {t: trim(await speech(talker, t), 24000) for t in QUESTIONS + INTERRUPTIONS}
@@ -123,47 +147,60 @@ async def main() -> None:
             time.sleep(0.1)
     try:
         # Warm up (one conversation), then the baseline.
-        warm = {"turns": 0, "barge_ins": 0, "first_audio": [], "pause": [], "errors": [], "stale": 0,
-                "cancelled": 0, "completed": 0, "failed": 0, "closed": []}
-        await conversation(port, audio, time.monotonic() + 1, random.Random(0), warm)
+        await conversation(port, audio, time.monotonic() + 1, random.Random(0), tally())
         await asyncio.sleep(2)
         base_rss, base_tasks = rss_kib(proc.pid), tasks(port)
-        out = {"turns": 0, "barge_ins": 0, "first_audio": [], "pause": [], "errors": [], "stale": 0,
-               "cancelled": 0, "completed": 0, "failed": 0, "closed": []}
-        until = time.monotonic() + args.seconds
+        out = tally()
         peak = {"rss": base_rss, "tasks": base_tasks}
-
-        async def watch() -> None:
-            while time.monotonic() < until:
-                await asyncio.sleep(2)
-                peak["rss"] = max(peak["rss"], rss_kib(proc.pid))
-                peak["tasks"] = max(peak["tasks"], await asyncio.to_thread(tasks, port))
-
+        workers = children(proc.pid)
+        cpu0 = (cpu_s(proc.pid), sum(cpu_s(w) for w in workers), time.process_time())
         t0 = time.monotonic()
-        await asyncio.gather(watch(), *(conversation(port, audio, until, random.Random(i), out)
-                                        for i in range(args.sessions)))
+        after: list[tuple[int, int]] = []
+        for r in range(args.rounds):
+            until = time.monotonic() + args.seconds
+
+            async def watch() -> None:
+                while time.monotonic() < until:
+                    await asyncio.sleep(2)
+                    peak["rss"] = max(peak["rss"], rss_kib(proc.pid))
+                    peak["tasks"] = max(peak["tasks"], await asyncio.to_thread(tasks, port))
+
+            await asyncio.gather(watch(), *(conversation(port, audio, until, random.Random(i + 1000 * r), out)
+                                            for i in range(args.sessions)))
+            await asyncio.sleep(3)  # let the server notice every close
+            after.append((rss_kib(proc.pid), tasks(port)))
         wall = time.monotonic() - t0
-        await asyncio.sleep(3)  # let the server notice every close
-        after_rss, after_tasks = rss_kib(proc.pid), tasks(port)
+        cpu = [(b - a) / wall for a, b in zip(cpu0, (cpu_s(proc.pid), sum(cpu_s(w) for w in workers),
+                                                     time.process_time()))]
+        worker_rss = sum(rss_kib(w) for w in workers)
     finally:
         proc.terminate()
         proc.wait(30)
         log.close()
-    print(f"\nLoad test: {args.sessions} concurrent conversations for {wall:.0f} s, clients paced at real time, "
+    rounds = f"{args.rounds} rounds of {args.seconds:.0f} s" if args.rounds > 1 else f"{args.seconds:.0f} s"
+    print(f"\nLoad test: {args.sessions} concurrent conversations for {rounds}, clients paced at real time, "
           "each turn a question, the reply, a barge-in over it half the time, a pause\n")
     print("| measure | value |")
     print("|---|---|")
     print(f"| turns / barge-ins | {out['turns']} / {out['barge_ins']} |")
     print(f"| replies completed / cancelled by barge-in / failed | {out['completed']} / {out['cancelled']} / {out['failed']} |")
-    print(f"| error events | {len(out['errors'])} {sorted(set(out['errors'])) or ''} |")
+    print(f"| error events / failed transcriptions | {len(out['errors'])} {sorted(set(out['errors'])) or ''} "
+          f"/ {out['untranscribed']} |")
     print(f"| connections closed by the server | {len(out['closed'])} {sorted(set(out['closed']))[:3]} |")
     print(f"| stale or lost audio bytes (after done, or out of seq/epoch) | {out['stale']} |")
-    for name, key in (("speech end -> first audio", "first_audio"), ("barge-in onset -> pause event", "pause")):
+    for name, key in (("speech end -> first audio", "first_audio"),
+                      ("  of which recognition (queue + decode)", "recognition"),
+                      ("barge-in onset -> pause event", "pause")):
         v = out[key]
         print(f"| {name}: median / p95 / max | {statistics.median(v):.0f} / {pct(v, 0.95):.0f} / {max(v):.0f} ms |"
               if v else f"| {name} | - |")
-    print(f"| server RSS: baseline / peak / after | {base_rss // 1024} / {peak['rss'] // 1024} / {after_rss // 1024} MiB |")
-    print(f"| server tasks: baseline / peak / after | {base_tasks} / {peak['tasks']} / {after_tasks} |")
+    rss_after = " / ".join(str(a // 1024) for a, _ in after)
+    print(f"| server RSS: baseline / peak / after each round | {base_rss // 1024} / {peak['rss'] // 1024} / {rss_after} MiB |")
+    print(f"| server tasks: baseline / peak / after each round | {base_tasks} / {peak['tasks']} / "
+          f"{' / '.join(str(t) for _, t in after)} |")
+    print(f"| recognition worker processes / their RSS | {len(workers)} / {worker_rss // 1024} MiB |")
+    print(f"| CPU (cores busy): server / recognition workers / load clients | "
+          f"{cpu[0]:.2f} / {cpu[1]:.2f} / {cpu[2]:.2f} of {os.cpu_count()} |")
 
 
 if __name__ == "__main__":

@@ -27,8 +27,10 @@ def vad_model() -> SileroModel:
 
 
 @pytest.fixture(scope="session")
-def recognizer() -> PocketsphinxRecognizer:
-    return PocketsphinxRecognizer(pool_size=1)
+def recognizer() -> Iterator[PocketsphinxRecognizer]:
+    recognizer = PocketsphinxRecognizer(workers=1)
+    yield recognizer
+    recognizer.close()
 
 
 @pytest.fixture

@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import signal
 import socket
+import time
 import urllib.request
 
 import numpy as np
@@ -14,7 +17,10 @@ import websockets
 from openai import AsyncOpenAI
 
 from app.server import DuplexServer
+from app.simclient import SimulatedClient
+from app.sounds import mix, silence, speech, trim
 from pipeline.talker import TalkerError
+from pipeline.thinker import NOT_UNDERSTOOD
 from tests.client import RealtimeClient, audio_of, pcm_b64
 from tests.util import stage_tasks, until
 
@@ -229,6 +235,58 @@ async def test_a_failing_stage_fails_the_reply_and_the_next_one_works(talker, st
     finally:
         server.close()
         await server.wait_closed()
+
+
+def _cpu_s(pid: int) -> float:
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def test_recognition_decodes_outside_the_server_process(recognizer, talker):
+    # pocketsphinx holds the GIL while it decodes: in the server's process it would
+    # stall the event loop (VAD, barge-in, pacing) for the length of every decode.
+    pcm = trim(await speech(talker, "the weather is nice and sunny today, please tell me a story"), 24000)
+    text = await recognizer.transcribe(pcm, 24000)  # starts the worker
+    assert "weather" in text, text
+    (worker,) = recognizer.pids()
+    ours, theirs = time.process_time(), _cpu_s(worker)
+    assert "weather" in await recognizer.transcribe(pcm, 24000)
+    ours, theirs = time.process_time() - ours, _cpu_s(worker) - theirs
+    assert theirs >= 0.1 and ours < 0.25 * theirs, (ours, theirs)
+
+
+async def test_a_dead_recognition_worker_fails_one_turn_and_the_next_is_heard(talker, vad_model):
+    from app.config import ServerConfig
+    from pipeline.asr import PocketsphinxRecognizer
+    from pipeline.vocoders.pcm import PcmVocoder
+
+    recognizer = PocketsphinxRecognizer(workers=1)
+    recognizer.prewarm()
+    server = DuplexServer(talker, PcmVocoder(), ServerConfig(host="127.0.0.1", port=0), vad_model=vad_model,
+                          recognizer=recognizer)
+    await server.start()
+    try:
+        ws = await websockets.connect(_url(server.port), max_size=None)
+        assert json.loads(await ws.recv())["type"] == "session.created"
+        sim = SimulatedClient(ws)
+        turn = mix(silence(0.5), trim(await speech(talker, "hello how are you today"), 24000), silence(4.0))
+        (dead,) = recognizer.pids()
+        os.kill(dead, signal.SIGKILL)
+        await sim.stream(turn)
+        failed = sim.of_type("conversation.item.input_audio_transcription.failed")
+        assert len(failed) == 1 and failed[0].event["error"]["code"] == "transcription_failed", sim.events
+        done = sim.of_type("response.done")
+        assert done and done[-1].event["response"]["status"] == "completed"
+        assert done[-1].event["response"]["output"][0]["content"][0]["transcript"] == NOT_UNDERSTOOD
+        await sim.stream(turn)  # a new worker hears the next turn
+        heard = sim.of_type("conversation.item.input_audio_transcription.completed")
+        assert len(heard) == 1 and "you today" in heard[0].event["transcript"], heard
+        assert recognizer.pids() and dead not in recognizer.pids()
+        await ws.close()
+    finally:
+        server.close()
+        await server.wait_closed()
+        recognizer.close()
 
 
 # -- observability ----------------------------------------------------------------

@@ -109,6 +109,10 @@ function onServerEvent(e) {
       stats.transcripts.push(e.transcript);
       addMessage("user", e.transcript || "(nothing recognised)");
       break;
+    case "conversation.item.input_audio_transcription.failed":
+      addMessage("user", "(not transcribed)");
+      showError(`${e.error.code}: ${e.error.message}`);
+      break;
     case "response.created": {
       const rid = e.response.id;
       bubbles.set(rid, { el: addMessage("assistant", ""), text: "", firstAudio: false });

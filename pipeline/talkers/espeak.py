@@ -265,7 +265,10 @@ class EspeakRuntime:
             if ev.type == _EVENT_WORD:
                 words.append((ev.text_position - 1, ev.length, ev.sample))
             i += 1
-        samples = np.ctypeslib.as_array(wav, (count,)).copy() if count > 0 and wav else np.zeros(0, np.int16)
+        # A copy through bytes: np.ctypeslib.as_array would make (and ctypes cache forever)
+        # one array type per distinct block length.
+        samples = (np.frombuffer(ctypes.string_at(wav, count * 2), np.int16) if count > 0 and wav
+                   else np.zeros(0, np.int16))
         if samples.size or words:
             job.deliver((samples, words))
             job.samples += samples.size
