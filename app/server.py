@@ -369,6 +369,10 @@ class DuplexServer:
                 m.observe("duplex_first_audio_seconds", first / 1000)
         elif etype == "response.output_audio.paused":
             m.observe("duplex_barge_in_pause_seconds", event.get("detected_after_ms", 0) / 1000)
+        elif etype == "conversation.item.input_audio_transcription.completed" and "recognition_ms" in event:
+            m.observe("duplex_recognition_seconds", event["recognition_ms"] / 1000)  # queue + decode
+        elif etype == "conversation.item.input_audio_transcription.failed":
+            m.inc("duplex_recognition_failures_total")
         elif etype == "error":
             m.inc("duplex_errors_total", code=event["error"]["code"])
 

@@ -54,6 +54,8 @@ def test_bad_port_is_a_clear_error(capsys):
         s.listen()
         assert main(["serve", "--port", str(s.getsockname()[1])]) == 1
     assert "cannot serve" in capsys.readouterr().err
+    assert main(["serve", "--asr-workers", "0"]) == 2
+    assert "--asr-workers must be at least 1" in capsys.readouterr().err
 
 
 def test_thinker_configuration_is_checked_at_start(tmp_path):

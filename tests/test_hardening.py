@@ -282,6 +282,9 @@ async def test_a_dead_recognition_worker_fails_one_turn_and_the_next_is_heard(ta
         heard = sim.of_type("conversation.item.input_audio_transcription.completed")
         assert len(heard) == 1 and "you today" in heard[0].event["transcript"], heard
         assert recognizer.pids() and dead not in recognizer.pids()
+        metrics = server.metrics_text()
+        assert "duplex_recognition_failures_total 1\n" in metrics
+        assert "duplex_recognition_seconds_count 1\n" in metrics
         await ws.close()
     finally:
         server.close()
