@@ -73,7 +73,7 @@ def tasks(port: int) -> int:
 
 def tally() -> dict:
     return {"turns": 0, "barge_ins": 0, "first_audio": [], "recognition": [], "pause": [], "errors": [], "stale": 0,
-            "cancelled": 0, "completed": 0, "failed": 0, "untranscribed": 0, "closed": []}
+            "cancelled": 0, "completed": 0, "failed": 0, "untranscribed": 0, "unanswered": 0, "closed": []}
 
 
 async def conversation(port: int, audio: dict, until: float, rng: random.Random, out: dict) -> None:
@@ -96,6 +96,7 @@ async def conversation(port: int, audio: dict, until: float, rng: random.Random,
                     break
                 await sim.silence(0.04)
             out["turns"] += 1
+            out["unanswered"] += first is None
             if first is not None:
                 spoken = min(w for n, w in sim.sent_wall.items() if n >= end)
                 out["first_audio"].append((first.wall - spoken) * 1000)
@@ -182,7 +183,8 @@ async def main() -> None:
           "each turn a question, the reply, a barge-in over it half the time, a pause\n")
     print("| measure | value |")
     print("|---|---|")
-    print(f"| turns / barge-ins | {out['turns']} / {out['barge_ins']} |")
+    print(f"| turns / barge-ins / turns not answered within 15 s | {out['turns']} / {out['barge_ins']} / "
+          f"{out['unanswered']} |")
     print(f"| replies completed / cancelled by barge-in / failed | {out['completed']} / {out['cancelled']} / {out['failed']} |")
     print(f"| error events / failed transcriptions | {len(out['errors'])} {sorted(set(out['errors'])) or ''} "
           f"/ {out['untranscribed']} |")
