@@ -128,6 +128,7 @@ class EchoGate:
     delay: float = 0.05
     floor: float = 0.003
     calibrate_s: float = 0.5
+    min_loud_frames: int = 5  # 100 ms of loud speaker output at least, or the fit is noise
     _samples: list = field(default_factory=list)  # (adc_time, mic_rms) while calibrating
 
     def admit(self, mic_rms: float, adc: float, speaker: Speaker, reply_age_s: float | None) -> bool:
@@ -157,10 +158,13 @@ class EchoGate:
                 best = (score, delay, spk)
         if best is None:
             return
-        _, self.delay, spk = best
+        score, delay, spk = best
         # Only where the speaker was loud: between words a late echo over a quiet
         # block would make the coupling look far bigger than it is.
         loud = spk >= max(self.floor, 0.3 * spk.max())
+        if score <= 0 or loud.sum() < self.min_loud_frames:
+            return  # a reply that began softly says little about the echo: keep the last estimate
+        self.delay = delay
         ratios = mic[loud] / spk[loud]
         self.coupling = float(np.clip(np.percentile(ratios, 75), 0.02, 1.0))
 
