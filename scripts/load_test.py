@@ -53,7 +53,7 @@ def rss_kib(pid: int) -> int:
 
 
 def children(pid: int) -> list[int]:
-    """Every descendant of ``pid`` (the recognition workers and their fork server)."""
+    """Every descendant of ``pid`` (the recognition worker processes)."""
     out: list[int] = []
     for task in Path(f"/proc/{pid}/task").iterdir():
         for child in (task / "children").read_text().split():
