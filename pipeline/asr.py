@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import queue
+import signal
 import struct
 import subprocess
 import sys
@@ -175,6 +176,9 @@ class PocketsphinxRecognizer:
 
 def _serve(nice: int) -> None:
     """A worker's loop: frames in on stdin, text out on stdout, until stdin closes."""
+    # Ctrl-C in a terminal reaches the whole process group: the server shuts its
+    # workers down itself, and a worker gone early would fail a turn in progress.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         os.nice(nice)  # when the CPU is short, the server's event loop (VAD, barge-in, pacing) goes first
     except OSError:
