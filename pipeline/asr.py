@@ -183,8 +183,10 @@ def _serve(nice: int) -> None:
         os.nice(nice)  # when the CPU is short, the server's event loop (VAD, barge-in, pacing) goes first
     except OSError:
         pass
+    # The frames get their own copy of stdout; anything a library prints goes to stderr.
+    stdin, stdout = sys.stdin.buffer, os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     decoder = new_decoder()
-    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     while header := stdin.read(_HEADER.size):
         rate, size = _HEADER.unpack(header)
         pcm = np.frombuffer(stdin.read(size), dtype="<i2")
