@@ -81,3 +81,14 @@ def audio_of(events: list[dict[str, Any]], response_id: str | None = None) -> np
 
 def pcm_b64(samples: np.ndarray) -> str:
     return base64.b64encode(samples.astype("<i2").tobytes()).decode()
+
+
+async def ask_for_a_long_answer(port: int) -> tuple[RealtimeClient, dict[str, Any]]:
+    """Ask a thinker-backed server a question (pacing off) and wait for the whole reply:
+    the open client (its events kept) and the ``response.done`` response."""
+    c = await RealtimeClient.connect(port)
+    await c.update(pacing={"enabled": False}, instructions="Answer in gibberish.")
+    await c.say("what is the weather like")
+    await c.send("response.create")
+    return c, (await c.until("response.done"))["response"]
+

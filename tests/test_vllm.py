@@ -22,7 +22,7 @@ from app.simclient import SimulatedClient
 from app.sounds import mix, silence, speech, trim
 from pipeline.state import StateHandle, StateMismatch
 from pipeline.talker import SpeechRequest
-from tests.client import RealtimeClient, audio_of
+from tests.client import RealtimeClient, ask_for_a_long_answer, audio_of
 from tests.util import need
 
 HAVE_VLLM = all(importlib.util.find_spec(m) is not None for m in ("vllm", "snac", "torch"))
@@ -224,11 +224,7 @@ async def tserver(backend, espeak_runtime, vad_model, recognizer):
 async def test_thinker_reply_audio_starts_before_the_model_finishes(tserver):
     srv, thinker = tserver
     thinker.max_tokens = 300
-    c = await RealtimeClient.connect(srv.port)
-    await c.update(pacing={"enabled": False}, instructions="Answer in gibberish.")
-    await c.say("what is the weather like")
-    await c.send("response.create")
-    done = (await c.until("response.done"))["response"]
+    c, done = await ask_for_a_long_answer(srv.port)
     assert done["status"] == "completed"
     timings = done["timings"]
     assert timings["first_audio"] < timings["thinker_done"], timings

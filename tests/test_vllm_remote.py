@@ -15,7 +15,7 @@ import pytest_asyncio
 
 from app.config import ServerConfig
 from app.server import DuplexServer
-from tests.client import RealtimeClient, audio_of
+from tests.client import RealtimeClient, ask_for_a_long_answer, audio_of
 from tests.util import need
 
 HAVE_VLLM = all(importlib.util.find_spec(m) is not None for m in ("vllm", "snac", "torch"))
@@ -156,11 +156,7 @@ async def chat_server(remote, espeak_runtime, vad_model, recognizer):
 async def test_chat_endpoint_reply_is_spoken_before_it_is_finished(chat_server):
     srv, thinker = chat_server
     thinker.max_tokens = 300
-    c = await RealtimeClient.connect(srv.port)
-    await c.update(pacing={"enabled": False}, instructions="Answer in gibberish.")
-    await c.say("what is the weather like")
-    await c.send("response.create")
-    done = (await c.until("response.done"))["response"]
+    c, done = await ask_for_a_long_answer(srv.port)
     assert done["status"] == "completed"
     assert done["timings"]["first_audio"] < done["timings"]["thinker_done"], done["timings"]
     assert len(done["output"][0]["content"][0]["transcript"]) > 40
