@@ -7,11 +7,11 @@ cancel the callback stops or flushes at its next block. What was *played* comes
 from the stream's own clock (the DAC time of each block), not from what was
 queued, and goes back as ``playback.ack``.
 
-Speakers without headphones: the microphone hears the reply. An echo gate keeps
-the assistant from interrupting itself: while the speaker plays, a microphone
-frame only goes out if it is clearly louder than the echo the gate has learned
-to expect; otherwise it is replaced by faint noise. So with speakers you
-interrupt by speaking up; with headphones, as you like.
+Speakers without headphones: the microphone hears the reply. An echo gate
+(:mod:`app.echo`) keeps the assistant from interrupting itself: while the
+speaker plays, a microphone frame only goes out if it is clearly louder than the
+echo the gate has learned to expect; otherwise it is replaced by faint noise. So
+with speakers you interrupt by speaking up; with headphones, as you like.
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import soxr
 
+from app.echo import EchoGate, Envelope
+
 SESSION_RATE = 24000
 ACK_S = 0.2
 
@@ -38,15 +40,24 @@ class DemoError(RuntimeError):
 
 @dataclass
 class Speaker:
-    """The playback side, shared between the event loop and the audio callback."""
+    """The playback side, shared between the event loop and the audio callback.
+
+    ``index`` counts the stream's samples (input and output advance together in
+    a full-duplex callback); :attr:`envelope` keeps the output level by that
+    index for the echo gate."""
 
     rate: int
     lock: threading.Lock = field(default_factory=threading.Lock)
     chunks: deque = field(default_factory=deque)  # (rid, float32 at device rate)
     paused_rid: str | None = None
-    blocks: deque = field(default_factory=lambda: deque(maxlen=256))  # (dac_time, rid, start, n, rms, written_at)
+    blocks: deque = field(default_factory=lambda: deque(maxlen=256))  # (dac_time, rid, start, n)
     written: dict = field(default_factory=dict)  # rid -> samples handed to the device so far
-    first_write: dict = field(default_factory=dict)  # rid -> stream time its first block was handed over
+    first_index: dict = field(default_factory=dict)  # rid -> stream sample index of its first output
+    index: int = 0
+    envelope: Envelope = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.envelope = Envelope(self.rate)
 
     def push(self, rid: str, pcm: np.ndarray) -> None:
         with self.lock:
@@ -58,9 +69,9 @@ class Speaker:
             if self.paused_rid == rid:
                 self.paused_rid = None
 
-    def fill(self, out: np.ndarray, dac_time: float, now: float) -> None:
-        """Audio callback: write the next block (device rate, float32). ``dac_time`` is
-        when it will sound, ``now`` when it is handed over; an echo cannot come earlier."""
+    def fill(self, out: np.ndarray, dac_time: float) -> int:
+        """Audio callback: write the next block (device rate, float32) that will
+        sound at ``dac_time``; returns the block's stream sample index."""
         out.fill(0.0)
         n, pos, rid = out.shape[0], 0, None
         with self.lock:
@@ -76,97 +87,36 @@ class Speaker:
                 else:
                     self.chunks[0] = (crid, pcm[take:])
                 pos += take
-        rms = float(np.sqrt(np.mean(out[:pos, 0] ** 2))) if pos else 0.0
+        index = self.index
         start = self.written.get(rid, 0) if rid else 0
         if rid:
             self.written[rid] = start + pos
-            self.first_write.setdefault(rid, now)
-        self.blocks.append((dac_time, rid, start, pos, rms, now))
+            if rid not in self.first_index:
+                self.first_index[rid] = index
+                for old in list(self.first_index)[:-8]:  # a long session: only recent replies matter
+                    del self.first_index[old]
+                    self.written.pop(old, None)
+        self.blocks.append((dac_time, rid, start, pos))
+        self.envelope.add(index, out[:, 0])
+        self.index = index + n
+        return index
 
     def played(self, rid: str, now: float) -> int:
         """Samples of ``rid`` whose DAC time had come by stream time ``now`` (not merely queued)."""
-        for dac, brid, start, n, _, _ in reversed(list(self.blocks)):
+        for dac, brid, start, n in reversed(list(self.blocks)):
             if brid == rid and dac <= now:
                 return start + min(n, int((now - dac) * self.rate))
         return 0
 
-    def age(self, now: float, slack: float = 0.1) -> float | None:
-        """Seconds since the reply now playing was first handed to the device, or None.
+    def reply_age(self, index: float) -> float | None:
+        """Seconds from the first output sample of the latest reply that had begun
+        by stream sample ``index`` to ``index``; None before any reply."""
+        firsts = [f for f in list(self.first_index.values()) if f <= index]
+        return (index - max(firsts)) / self.rate if firsts else None
 
-        Input and output timestamps come from different ends of the device; a
-        loopback can show the echo a little *before* its block's hand-over time,
-        so blocks up to ``slack`` ahead count (the age is then slightly negative)."""
-        rid = next((b[1] for b in reversed(list(self.blocks)) if b[1] and b[5] <= now + slack), None)
-        first = self.first_write.get(rid) if rid else None
-        return None if first is None else now - first
-
-    def level_at(self, t: float, window: float = 0.04) -> float:
-        """The speaker's level for blocks handed over around stream time ``t``."""
-        return max((rms for _, _, _, n, rms, w in list(self.blocks)
-                    if w - window <= t <= w + n / self.rate + window), default=0.0)
-
-    def level(self, now: float, window: float = 0.3) -> float:
-        """Loudest block the speaker played in the last ``window`` seconds."""
-        return max((b[4] for b in list(self.blocks) if now - window <= b[0] <= now), default=0.0)
-
-
-@dataclass
-class EchoGate:
-    """Lets the microphone through while the speaker plays only when it is clearly
-    louder than the echo.
-
-    The echo path is measured at the start of each reply (its first half second,
-    when the user has just stopped talking): the delay that best lines the
-    microphone's level up with the speaker's, and the coupling (microphone level
-    over speaker level at that delay, 75th percentile where the speaker was
-    loud). Each microphone frame is then compared with the speaker's level that
-    long ago. Before any reply has been measured: 50 ms and 6 dB down.
-    """
-
-    margin: float = 2.0  # admit speech 6 dB above the expected echo
-    coupling: float = 0.5
-    delay: float = 0.05
-    floor: float = 0.003
-    calibrate_s: float = 0.5
-    min_loud_frames: int = 5  # 100 ms of loud speaker output at least, or the fit is noise
-    _samples: list = field(default_factory=list)  # (adc_time, mic_rms) while calibrating
-
-    def admit(self, mic_rms: float, adc: float, speaker: Speaker, reply_age_s: float | None) -> bool:
-        if reply_age_s is not None and reply_age_s < self.calibrate_s:
-            self._samples.append((adc, mic_rms))
-            return False  # the start of a reply calibrates; nobody barges in within half a second
-        if self._samples:
-            self._calibrate(speaker)
-        expected = self.coupling * speaker.level_at(adc - self.delay)
-        if expected < self.floor * self.coupling:
-            return True
-        return mic_rms > self.margin * expected + self.floor
-
-    def _calibrate(self, speaker: Speaker) -> None:
-        mic = np.array([m for _, m in self._samples])
-        adc = np.array([t for t, _ in self._samples])
-        self._samples = []
-        if mic.max() < self.floor:
-            return  # no echo heard at all (headphones): keep the last estimate
-        best = None
-        for delay in np.arange(-0.1, 0.3, 0.016):
-            spk = np.array([speaker.level_at(t - delay) for t in adc])
-            if spk.max() < self.floor:
-                continue
-            score = float(np.dot(mic - mic.mean(), spk - spk.mean()))
-            if best is None or score > best[0]:
-                best = (score, delay, spk)
-        if best is None:
-            return
-        score, delay, spk = best
-        # Only where the speaker was loud: between words a late echo over a quiet
-        # block would make the coupling look far bigger than it is.
-        loud = spk >= max(self.floor, 0.3 * spk.max())
-        if score <= 0 or loud.sum() < self.min_loud_frames:
-            return  # a reply that began softly says little about the echo: keep the last estimate
-        self.delay = delay
-        ratios = mic[loud] / spk[loud]
-        self.coupling = float(np.clip(np.percentile(ratios, 75), 0.02, 1.0))
+    def level(self, window: float = 0.1) -> float:
+        """Loudest output of the last ``window`` seconds written."""
+        return self.envelope.level(self.index - window * self.rate, self.index)
 
 
 class MicDemo:
@@ -177,7 +127,8 @@ class MicDemo:
         self.url = url
         self.devices = (input_device, output_device)
         self.rate = rate
-        self.gate = EchoGate() if echo_gate else None
+        self.echo_gate = echo_gate
+        self.gate: EchoGate | None = None
         self.client_name = client_name
         self.out = out
         self.tty = out.isatty()
@@ -207,12 +158,13 @@ class MicDemo:
             raise DemoError(f"no such audio device: {exc} (see `duplex mic --list-devices`)") from None
         rate = int(self.rate or info["default_samplerate"])
         self.speaker = Speaker(rate)
+        self.gate = EchoGate(rate) if self.echo_gate else None
         self._mic = asyncio.Queue()
         mic = self._mic
 
         def callback(indata, outdata, frames, t, status) -> None:
-            loop.call_soon_threadsafe(mic.put_nowait, (t.inputBufferAdcTime, indata[:, 0].copy()))
-            self.speaker.fill(outdata, t.outputBufferDacTime, t.currentTime)
+            index = self.speaker.fill(outdata, t.outputBufferDacTime)
+            loop.call_soon_threadsafe(mic.put_nowait, (index, indata[:, 0].copy()))
 
         try:
             self._stream = sd.Stream(device=self.devices, samplerate=rate, channels=1, dtype="float32",
@@ -282,19 +234,25 @@ class MicDemo:
         frame = SESSION_RATE // 50
         noise = np.random.default_rng(0)
         while True:
-            adc, block = await self._mic.get()
+            index, block = await self._mic.get()
             x = self._down.resample_chunk(block) if self._down is not None else block
             pending = np.concatenate([pending, x])
-            # Anchor every frame on the latest block's capture time: no drift.
-            end_adc = adc + block.size / self._rate
+            # Anchor every frame on the latest block's sample index: no drift.
+            end = index + block.size
+            scale = self._rate / SESSION_RATE
             while pending.size >= frame:
-                f_adc = end_adc - pending.size / SESSION_RATE
+                f_start = end - pending.size * scale
                 f, pending = pending[:frame], pending[frame:]
                 mic_rms = float(np.sqrt(np.mean(f**2)))
                 self.levels[0] = mic_rms
-                age = self.speaker.age(f_adc)
-                if self.gate is not None and not self.gate.admit(mic_rms, f_adc, self.speaker, age):
-                    f = noise.normal(0, 0.001, f.size).astype(np.float32)  # the echo stays home
+                if self.gate is not None:
+                    fits = self.gate.fits
+                    age = self.speaker.reply_age(f_start)
+                    if not self.gate.admit(mic_rms, f_start, f_start + frame * scale, self.speaker.envelope, age):
+                        f = noise.normal(0, 0.001, f.size).astype(np.float32)  # the echo stays home
+                    if self.gate.fits != fits:
+                        self.say(f"echo path: {self.gate.delay_s * 1000:.0f} ms, "
+                                 f"{20 * np.log10(self.gate.coupling):.1f} dB")
                 pcm = np.clip(np.rint(f * 32767), -32768, 32767).astype("<i2")
                 self.input_samples += pcm.size
                 await self.send(ws, "input_audio_buffer.append", audio=base64.b64encode(pcm.tobytes()).decode())
@@ -351,8 +309,11 @@ class MicDemo:
                     self._pause_at = None
                 self.set_state("listening")
             said = (r["output"] or [{}])[0].get("content", [{}])[0].get("transcript", "")
-            lat = ", ".join(f"{k} {v:.0f} ms" for k, v in self.latency.items() if v is not None)
-            self.say(f"reply {r['status']}: {said!r}" + (f" ({lat})" if lat else ""))
+            lat = [f"{k} {v:.0f} ms" for k, v in self.latency.items() if v is not None]
+            if self.gate is not None:
+                lat.append(f"mic open {self.gate.opened * 20} ms")  # over the reply's echo
+                self.gate.opened = 0
+            self.say(f"reply {r['status']}: {said!r}" + (f" ({', '.join(lat)})" if lat else ""))
         elif t == "conversation.item.truncated":
             if self.current:
                 self.speaker.drop(self.current)
@@ -383,7 +344,7 @@ class MicDemo:
         while True:
             await asyncio.sleep(0.1)  # a display refresh
             if self.speaker is not None:
-                self.levels[1] = self.speaker.level(self.stream_time(), 0.1)
+                self.levels[1] = self.speaker.level(0.1)
             if self.tty:
                 print(f"\r\033[K{self.status_line()}", end="", file=self.out, flush=True)
 

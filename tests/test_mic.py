@@ -52,6 +52,10 @@ def jack():
                 pytest.fail("jackd exited at start")
             threading.Event().wait(0.1)  # waiting for an external daemon to come up
     yield
+    import sounddevice as sd
+
+    while sd._initialized:  # leave JACK first: PortAudio hangs at exit if jackd went while it was a client
+        sd._terminate()
     if proc is not None:
         proc.terminate()
         proc.wait(10)
@@ -132,6 +136,19 @@ async def _start_demo(url: str, jack_name: str) -> tuple[asyncio.subprocess.Proc
     return demo, lines, asyncio.create_task(read())
 
 
+async def _stop_demo(demo: asyncio.subprocess.Process, reader: asyncio.Task) -> int | None:
+    """Ctrl-C, as a user would; the exit status, or None if it had to be killed."""
+    demo.send_signal(signal.SIGINT)
+    try:
+        code: int | None = await asyncio.wait_for(demo.wait(), 15)
+    except TimeoutError:
+        demo.kill()
+        await demo.wait()
+        code = None
+    await reader
+    return code
+
+
 def _rms(x: np.ndarray, hop: int = RATE // 20) -> np.ndarray:
     n = x.size // hop
     return np.sqrt((x[: n * hop].reshape(n, hop).astype(np.float64) ** 2).mean(axis=1))
@@ -158,12 +175,13 @@ async def test_mic_demo_hears_answers_and_is_interrupted_through_a_virtual_room(
         room.started.set()
         assert await asyncio.to_thread(room.done.wait, 60), "the script did not play out"
     finally:
-        demo.send_signal(signal.SIGINT)
-        code = await asyncio.wait_for(demo.wait(), 15)
-        await reader
-        await asyncio.to_thread(room.close)
+        try:
+            code = await _stop_demo(demo, reader)
+        finally:
+            await asyncio.to_thread(room.close)  # leave JACK before jackd goes, whatever happened
         print("\n".join(lines))
     log = "\n".join(lines)
+    assert code is not None, f"the demo did not exit within 15 s of Ctrl-C\n{log}"
     assert code == 0, log
     heard = np.concatenate(room.heard)
     level = _rms(heard)
@@ -204,9 +222,8 @@ async def test_mic_demo_reconnects_when_the_server_comes_back(jack, talker, make
         await make_server(port=port)  # the server comes (back) up on that port
         await until(lambda: any(ln.startswith("connected") for ln in lines), 30, what="reconnected")
     finally:
-        demo.send_signal(signal.SIGINT)
-        assert await asyncio.wait_for(demo.wait(), 15) == 0
-        await reader
+        code = await _stop_demo(demo, reader)
+    assert code == 0, "\n".join(lines)
     assert "reconnecting in" in "\n".join(lines)
 
 
