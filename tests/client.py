@@ -11,6 +11,8 @@ import numpy as np
 import websockets
 from websockets.asyncio.client import ClientConnection
 
+from app.simclient import SimulatedClient
+
 
 @dataclass
 class RealtimeClient:
@@ -92,3 +94,18 @@ async def ask_for_a_long_answer(port: int) -> tuple[RealtimeClient, dict[str, An
     await c.send("response.create")
     return c, (await c.until("response.done"))["response"]
 
+
+
+async def asked_while_listening(port: int, text: str) -> SimulatedClient:
+    """A microphone client (no automatic reply to its turns) that typed ``text`` and
+    asked for the answer: for barge-in tests that then talk over the reply."""
+    ws = await websockets.connect(f"ws://127.0.0.1:{port}/v1/realtime", max_size=None)
+    assert json.loads(await ws.recv())["type"] == "session.created"
+    sim = SimulatedClient(ws)
+    await sim.send("session.update", session={"turn_detection": {"type": "server_vad", "create_response": False}})
+    await sim.silence(0.5)
+    await sim.send("conversation.item.create", item={"type": "message", "role": "user",
+                                                     "content": [{"type": "input_text", "text": text}]})
+    await sim.send("response.create")
+    await sim.sync()
+    return sim

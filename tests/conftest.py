@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from contextlib import AsyncExitStack
 
 import pytest
 
@@ -12,6 +13,7 @@ from pipeline.asr import PocketsphinxRecognizer
 from pipeline.talkers.espeak import EspeakRuntime, EspeakTalker
 from pipeline.vad import SileroModel
 from pipeline.vocoders.pcm import PcmVocoder
+from tests.util import serving
 
 
 @pytest.fixture(scope="session")
@@ -45,27 +47,18 @@ def server_config() -> ServerConfig:
 
 @pytest.fixture
 async def server(talker: EspeakTalker, server_config: ServerConfig, vad_model, recognizer) -> AsyncIterator[DuplexServer]:
-    srv = DuplexServer(talker, PcmVocoder(), server_config, vad_model=vad_model, recognizer=recognizer)
-    await srv.start()
-    yield srv
-    srv.close()
-    await srv.wait_closed()
+    async with serving(talker, PcmVocoder(), config=server_config, vad_model=vad_model, recognizer=recognizer) as srv:
+        yield srv
 
 
 @pytest.fixture
 async def make_server(talker: EspeakTalker, vad_model, recognizer) -> AsyncIterator:
     """Start servers with custom configuration; all are closed afterwards."""
-    started: list[DuplexServer] = []
+    async with AsyncExitStack() as started:
+        async def make(**config) -> DuplexServer:
+            return await started.enter_async_context(serving(
+                talker, PcmVocoder(), config=ServerConfig(**{"host": "127.0.0.1", "port": 0, **config}),
+                vad_model=vad_model, recognizer=recognizer))
 
-    async def make(**config) -> DuplexServer:
-        srv = DuplexServer(talker, PcmVocoder(), ServerConfig(**{"host": "127.0.0.1", "port": 0, **config}),
-                           vad_model=vad_model, recognizer=recognizer)
-        await srv.start()
-        started.append(srv)
-        return srv
-
-    yield make
-    for srv in started:
-        srv.close()
-        await srv.wait_closed()
+        yield make
 

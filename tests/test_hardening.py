@@ -16,13 +16,12 @@ import pytest
 import websockets
 from openai import AsyncOpenAI
 
-from app.server import DuplexServer
 from app.simclient import SimulatedClient
 from app.sounds import mix, silence, speech, trim
 from pipeline.talker import TalkerError
 from pipeline.thinker import NOT_UNDERSTOOD
 from tests.client import RealtimeClient, audio_of, pcm_b64
-from tests.util import stage_tasks, until
+from tests.util import serving, stage_tasks, until
 
 LONG = " ".join(f"This is sentence number {i} of a long reply." for i in range(20))
 
@@ -210,13 +209,10 @@ class _Flaky:
 
 @pytest.mark.parametrize("stage", ["talker", "vocoder"])
 async def test_a_failing_stage_fails_the_reply_and_the_next_one_works(talker, stage, vad_model, recognizer):
-    from app.config import ServerConfig
     from pipeline.vocoders.pcm import PcmVocoder
 
     t, v = (_Flaky(talker, 3), PcmVocoder()) if stage == "talker" else (talker, _Flaky(PcmVocoder(), 0))
-    server = DuplexServer(t, v, ServerConfig(host="127.0.0.1", port=0), vad_model=vad_model, recognizer=recognizer)
-    await server.start()
-    try:
+    async with serving(t, v, vad_model=vad_model, recognizer=recognizer) as server:
         c = await RealtimeClient.connect(server.port)
         await c.update(pacing={"enabled": False})
         await c.say(LONG)
@@ -232,9 +228,6 @@ async def test_a_failing_stage_fails_the_reply_and_the_next_one_works(talker, st
         await c.send("response.create")
         assert (await c.until("response.done"))["response"]["status"] == "completed"
         await c.close()
-    finally:
-        server.close()
-        await server.wait_closed()
 
 
 def _cpu_s(pid: int) -> float:
@@ -256,39 +249,34 @@ async def test_recognition_decodes_outside_the_server_process(recognizer, talker
 
 
 async def test_a_dead_recognition_worker_fails_one_turn_and_the_next_is_heard(talker, vad_model):
-    from app.config import ServerConfig
     from pipeline.asr import PocketsphinxRecognizer
     from pipeline.vocoders.pcm import PcmVocoder
 
     recognizer = PocketsphinxRecognizer(workers=1)
     recognizer.prewarm()
-    server = DuplexServer(talker, PcmVocoder(), ServerConfig(host="127.0.0.1", port=0), vad_model=vad_model,
-                          recognizer=recognizer)
-    await server.start()
     try:
-        ws = await websockets.connect(_url(server.port), max_size=None)
-        assert json.loads(await ws.recv())["type"] == "session.created"
-        sim = SimulatedClient(ws)
-        turn = mix(silence(0.5), trim(await speech(talker, "hello how are you today"), 24000), silence(4.0))
-        (dead,) = recognizer.pids()
-        os.kill(dead, signal.SIGKILL)
-        await sim.stream(turn)
-        failed = sim.of_type("conversation.item.input_audio_transcription.failed")
-        assert len(failed) == 1 and failed[0].event["error"]["code"] == "transcription_failed", sim.events
-        done = sim.of_type("response.done")
-        assert done and done[-1].event["response"]["status"] == "completed"
-        assert done[-1].event["response"]["output"][0]["content"][0]["transcript"] == NOT_UNDERSTOOD
-        await sim.stream(turn)  # a new worker hears the next turn
-        heard = sim.of_type("conversation.item.input_audio_transcription.completed")
-        assert len(heard) == 1 and "you today" in heard[0].event["transcript"], heard
-        assert recognizer.pids() and dead not in recognizer.pids()
-        metrics = server.metrics_text()
-        assert "duplex_recognition_failures_total 1\n" in metrics
-        assert "duplex_recognition_seconds_count 1\n" in metrics
-        await ws.close()
+        async with serving(talker, PcmVocoder(), vad_model=vad_model, recognizer=recognizer) as server:
+            ws = await websockets.connect(_url(server.port), max_size=None)
+            assert json.loads(await ws.recv())["type"] == "session.created"
+            sim = SimulatedClient(ws)
+            turn = mix(silence(0.5), trim(await speech(talker, "hello how are you today"), 24000), silence(4.0))
+            (dead,) = recognizer.pids()
+            os.kill(dead, signal.SIGKILL)
+            await sim.stream(turn)
+            failed = sim.of_type("conversation.item.input_audio_transcription.failed")
+            assert len(failed) == 1 and failed[0].event["error"]["code"] == "transcription_failed", sim.events
+            done = sim.of_type("response.done")
+            assert done and done[-1].event["response"]["status"] == "completed"
+            assert done[-1].event["response"]["output"][0]["content"][0]["transcript"] == NOT_UNDERSTOOD
+            await sim.stream(turn)  # a new worker hears the next turn
+            heard = sim.of_type("conversation.item.input_audio_transcription.completed")
+            assert len(heard) == 1 and "you today" in heard[0].event["transcript"], heard
+            assert recognizer.pids() and dead not in recognizer.pids()
+            metrics = server.metrics_text()
+            assert "duplex_recognition_failures_total 1\n" in metrics
+            assert "duplex_recognition_seconds_count 1\n" in metrics
+            await ws.close()
     finally:
-        server.close()
-        await server.wait_closed()
         recognizer.close()
 
 

@@ -16,14 +16,11 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from app.config import ServerConfig
-from app.server import DuplexServer
-from app.simclient import SimulatedClient
 from app.sounds import mix, silence, speech, trim
 from pipeline.state import StateHandle, StateMismatch
 from pipeline.talker import SpeechRequest
-from tests.client import RealtimeClient, ask_for_a_long_answer, audio_of
-from tests.util import need
+from tests.client import RealtimeClient, ask_for_a_long_answer, asked_while_listening, audio_of
+from tests.util import need, serving
 
 HAVE_VLLM = all(importlib.util.find_spec(m) is not None for m in ("vllm", "snac", "torch"))
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -56,12 +53,8 @@ async def backend(tiny):
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def vserver(backend, vad_model, recognizer):
     talker, vocoder = backend
-    srv = DuplexServer(talker, vocoder, ServerConfig(host="127.0.0.1", port=0), vad_model=vad_model,
-                       recognizer=recognizer)
-    await srv.start()
-    yield srv
-    srv.close()
-    await srv.wait_closed()
+    async with serving(talker, vocoder, vad_model=vad_model, recognizer=recognizer) as srv:
+        yield srv
 
 
 async def test_a_text_message_streams_pcm_frame_by_frame(vserver, backend):
@@ -109,19 +102,9 @@ async def test_response_cancel_aborts_the_engine_request(vserver, backend):
 
 
 async def test_barge_in_aborts_the_engine_request(vserver, backend, talker):
-    import websockets
-
     codec_talker, _ = backend
-    ws = await websockets.connect(f"ws://127.0.0.1:{vserver.port}/v1/realtime", max_size=None)
-    assert json.loads(await ws.recv())["type"] == "session.created"
-    sim = SimulatedClient(ws)
     # No reply to the interruption itself, so the engine should be left with nothing.
-    await sim.send("session.update", session={"turn_detection": {"type": "server_vad", "create_response": False}})
-    await sim.silence(0.5)
-    await sim.send("conversation.item.create", item={"type": "message", "role": "user",
-                                                     "content": [{"type": "input_text", "text": LONG}]})
-    await sim.send("response.create")
-    await sim.sync()
+    sim = await asked_while_listening(vserver.port, LONG)
     await sim.silence(1.0)
     rid = sim.of_type("response.created")[0].event["response"]["id"]
     interrupt = trim(await speech(talker, "wait, please stop talking now"), 24000)
@@ -131,7 +114,7 @@ async def test_barge_in_aborts_the_engine_request(vserver, backend, talker):
     assert sim.of_type("conversation.item.truncated")
     assert await codec_talker.engine.running() == 0
     assert sum(h.stale_bytes for h in sim.heard.values()) == 0
-    await ws.close()
+    await sim.ws.close()
 
 
 async def test_a_state_handle_from_another_checkpoint_is_rejected(backend):
@@ -213,12 +196,8 @@ async def tserver(backend, espeak_runtime, vad_model, recognizer):
     talker = EspeakTalker(espeak_runtime)
     thinker = VllmChatThinker(codec_talker.engine, owns_engine=False, max_tokens=1800, temperature=1.0,
                               sampling={"allowed_token_ids": text_token_ids()})
-    srv = DuplexServer(talker, PcmVocoder(), ServerConfig(host="127.0.0.1", port=0), vad_model=vad_model,
-                       recognizer=recognizer, thinker=thinker)
-    await srv.start()
-    yield srv, thinker
-    srv.close()
-    await srv.wait_closed()
+    async with serving(talker, PcmVocoder(), vad_model=vad_model, recognizer=recognizer, thinker=thinker) as srv:
+        yield srv, thinker
 
 
 async def test_thinker_reply_audio_starts_before_the_model_finishes(tserver):
@@ -236,19 +215,9 @@ async def test_thinker_reply_audio_starts_before_the_model_finishes(tserver):
 
 
 async def test_barge_in_aborts_the_thinker_and_keeps_what_was_heard(tserver, talker):
-    import websockets
-
     srv, thinker = tserver
     thinker.max_tokens = 1800  # the model is still talking when the user interrupts
-    ws = await websockets.connect(f"ws://127.0.0.1:{srv.port}/v1/realtime", max_size=None)
-    assert json.loads(await ws.recv())["type"] == "session.created"
-    sim = SimulatedClient(ws)
-    await sim.send("session.update", session={"turn_detection": {"type": "server_vad", "create_response": False}})
-    await sim.silence(0.5)
-    await sim.send("conversation.item.create", item={"type": "message", "role": "user",
-                                                     "content": [{"type": "input_text", "text": "tell me a story"}]})
-    await sim.send("response.create")
-    await sim.sync()
+    sim = await asked_while_listening(srv.port, "tell me a story")
     await sim.silence(1.5)
     assert await thinker.engine.running() == 1, "the model was still generating"
     interrupt = trim(await speech(talker, "wait, please stop talking now"), 24000)
@@ -264,7 +233,7 @@ async def test_barge_in_aborts_the_thinker_and_keeps_what_was_heard(tserver, tal
     assert kept and streamed.startswith(kept) and len(kept) < len(streamed) + 1
     assert len(streamed) == len(kept) or not streamed[len(kept)].isalnum(), "cut at the end of a heard word"
     assert sum(h.stale_bytes for h in sim.heard.values()) == 0
-    await ws.close()
+    await sim.ws.close()
 
 
 async def test_thinker_and_talker_share_one_engine(backend, vad_model, recognizer):
@@ -275,10 +244,7 @@ async def test_thinker_and_talker_share_one_engine(backend, vad_model, recognize
     codec_talker, vocoder = backend
     thinker = VllmChatThinker(codec_talker.engine, owns_engine=False, max_tokens=40,
                               sampling={"allowed_token_ids": text_token_ids()})
-    srv = DuplexServer(codec_talker, vocoder, ServerConfig(host="127.0.0.1", port=0), vad_model=vad_model,
-                       recognizer=recognizer, thinker=thinker)
-    await srv.start()
-    try:
+    async with serving(codec_talker, vocoder, vad_model=vad_model, recognizer=recognizer, thinker=thinker) as srv:
         c = await RealtimeClient.connect(srv.port)
         await c.update(pacing={"enabled": False})
         await c.say("hello")
@@ -288,6 +254,3 @@ async def test_thinker_and_talker_share_one_engine(backend, vad_model, recognize
         assert audio_of(c.events).size % 2048 == 0 and audio_of(c.events).size > 0
         assert thinker.engine is codec_talker.engine and await codec_talker.engine.running() == 0
         await c.close()
-    finally:
-        srv.close()
-        await srv.wait_closed()

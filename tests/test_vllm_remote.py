@@ -13,10 +13,8 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from app.config import ServerConfig
-from app.server import DuplexServer
 from tests.client import RealtimeClient, ask_for_a_long_answer, audio_of
-from tests.util import need
+from tests.util import need, serving
 
 HAVE_VLLM = all(importlib.util.find_spec(m) is not None for m in ("vllm", "snac", "torch"))
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -80,12 +78,8 @@ async def rserver(remote, vad_model, recognizer):
     engine = RemoteEngine(url, "tiny")
     await engine.start()
     talker = CodecTalker(engine, CodecLayout.load(model / "codec_layout.json"))
-    srv = DuplexServer(talker, SnacVocoder(snac), ServerConfig(host="127.0.0.1", port=0), vad_model=vad_model,
-                       recognizer=recognizer)
-    await srv.start()
-    yield srv, talker
-    srv.close()
-    await srv.wait_closed()
+    async with serving(talker, SnacVocoder(snac), vad_model=vad_model, recognizer=recognizer) as srv:
+        yield srv, talker
     await talker.aclose()
 
 
@@ -144,12 +138,9 @@ async def chat_server(remote, espeak_runtime, vad_model, recognizer):
     thinker = OpenAIChatThinker(url, "tiny", temperature=1.0, max_tokens=300,
                                 extra_body={"allowed_token_ids": text_token_ids()})
     await thinker.start()
-    srv = DuplexServer(EspeakTalker(espeak_runtime), PcmVocoder(), ServerConfig(host="127.0.0.1", port=0),
-                       vad_model=vad_model, recognizer=recognizer, thinker=thinker)
-    await srv.start()
-    yield srv, thinker
-    srv.close()
-    await srv.wait_closed()
+    async with serving(EspeakTalker(espeak_runtime), PcmVocoder(), vad_model=vad_model, recognizer=recognizer,
+                       thinker=thinker) as srv:
+        yield srv, thinker
     await thinker.aclose()
 
 

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 
 import pytest
+
+from app.config import ServerConfig
+from app.server import DuplexServer
 
 
 async def until(predicate: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
@@ -33,3 +37,15 @@ def need(ok: bool, reason: str) -> None:
     if os.environ.get("DUPLEX_REQUIRE_ALL") == "1":
         pytest.fail(f"required for this run: {reason}")
     pytest.skip(reason)
+
+
+@asynccontextmanager
+async def serving(talker, vocoder, *, config: ServerConfig | None = None, **kw) -> AsyncIterator[DuplexServer]:
+    """A real DuplexServer on a free loopback port (or ``config``), closed on exit."""
+    srv = DuplexServer(talker, vocoder, config or ServerConfig(host="127.0.0.1", port=0), **kw)
+    await srv.start()
+    try:
+        yield srv
+    finally:
+        srv.close()
+        await srv.wait_closed()
