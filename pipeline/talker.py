@@ -6,8 +6,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol
 
-from pipeline.frames import AudioBuffer
-from pipeline.state import StateHandle
+from duplex.pipeline.frames import AudioBuffer
+from duplex.pipeline.state import StateHandle
 
 
 @dataclass(frozen=True, slots=True)

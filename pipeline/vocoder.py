@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from pipeline.frames import AudioBuffer
+from duplex.pipeline.frames import AudioBuffer
 
 
 class VocoderStream(Protocol):

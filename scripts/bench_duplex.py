@@ -24,14 +24,14 @@ import websockets
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app.config import ServerConfig  # noqa: E402
-from app.server import DuplexServer  # noqa: E402
-from app.simclient import SimulatedClient  # noqa: E402
-from pipeline.asr import PocketsphinxRecognizer, decode, new_decoder  # noqa: E402
-from pipeline.talkers.espeak import EspeakTalker  # noqa: E402
-from pipeline.vad import SileroModel, StreamingVad  # noqa: E402
-from pipeline.vocoders.pcm import PcmVocoder  # noqa: E402
-from app.sounds import cough, mix, noise, silence, speech, trim, voiced_bounds  # noqa: E402
+from duplex.app.edge.config import ServerConfig  # noqa: E402
+from duplex.app.edge.server import DuplexServer  # noqa: E402
+from duplex.app.clients.simulated import SimulatedClient  # noqa: E402
+from duplex.pipeline.recognizers.pocketsphinx import PocketsphinxRecognizer, decode, new_decoder  # noqa: E402
+from duplex.pipeline.talkers.espeak import EspeakTalker  # noqa: E402
+from duplex.pipeline.voice_activity import SileroModel, StreamingVad  # noqa: E402
+from duplex.pipeline.vocoders.pcm import PcmVocoder  # noqa: E402
+from duplex.app.clients.sounds import cough, mix, noise, silence, speech, trim, voiced_bounds  # noqa: E402
 
 RATE = 24000
 PHRASES = [

@@ -27,8 +27,8 @@ def bench_snac(device: str, weights: str | None, runs: int) -> list[str]:
     import numpy as np
     import torch
 
-    from pipeline.vocoders.snac import SnacVocoder
-    from tests.models import build_snac
+    from duplex.pipeline.vocoders.snac import SnacVocoder
+    from duplex.app.harness.models import build_snac
 
     path = weights or build_snac(Path(tempfile.mkdtemp()) / "snac")
     rows = []
@@ -56,9 +56,9 @@ def bench_snac(device: str, weights: str | None, runs: int) -> list[str]:
 
 
 async def bench_talker(model: str, layout_spec: str, runs: int) -> list[str]:
-    from pipeline.talker import SpeechRequest
-    from pipeline.talkers.codec import CodecLayout
-    from pipeline.talkers.vllm import CodecTalker, LocalEngine
+    from duplex.pipeline.talker import SpeechRequest
+    from duplex.pipeline.talkers.codec import CodecLayout
+    from duplex.pipeline.talkers.vllm import CodecTalker, LocalEngine
 
     engine = LocalEngine(model, dtype="auto")
     await engine.start()

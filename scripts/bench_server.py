@@ -111,10 +111,10 @@ class Client:
 
 async def baseline_engine(turns: int) -> tuple[list[float], float]:
     """In-process engine, no server: first chunk latency and audio/wall throughput."""
-    from pipeline.engine import Reply
-    from pipeline.talker import SpeechRequest
-    from pipeline.talkers.espeak import EspeakTalker
-    from pipeline.vocoders.pcm import PcmVocoder
+    from duplex.pipeline.stages import Reply
+    from duplex.pipeline.talker import SpeechRequest
+    from duplex.pipeline.talkers.espeak import EspeakTalker
+    from duplex.pipeline.vocoders.pcm import PcmVocoder
 
     talker = EspeakTalker()
     firsts: list[float] = []
@@ -201,7 +201,7 @@ async def stalled_reader(port: int, pid: int, seconds: float) -> tuple[int, int]
 
 
 def start_server(port: int) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-m", "app", "serve", "--port", str(port), "--log-level", "WARNING"],
+    proc = subprocess.Popen([sys.executable, "-m", "duplex.app", "serve", "--port", str(port), "--log-level", "WARNING"],
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     for _ in range(100):
         try:
@@ -236,7 +236,7 @@ async def main() -> None:
     finally:
         proc.terminate()
         proc.wait(30)
-    from app.config import ServerConfig
+    from duplex.app.edge.config import ServerConfig
 
     cfg = ServerConfig()
     bound_kib = (cfg.engine.talker_queue.max_bytes + cfg.engine.output_queue.max_bytes + cfg.write_limit) / 1024

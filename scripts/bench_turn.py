@@ -36,9 +36,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app.simclient import SimulatedClient  # noqa: E402
-from app.sounds import mix, silence, speech, trim  # noqa: E402
-from pipeline.talkers.espeak import EspeakTalker  # noqa: E402
+from duplex.app.clients.simulated import SimulatedClient  # noqa: E402
+from duplex.app.clients.sounds import mix, silence, speech, trim  # noqa: E402
+from duplex.pipeline.talkers.espeak import EspeakTalker  # noqa: E402
 
 QUESTIONS = ["hello how are you today", "the weather is nice and sunny", "what time is it now",
              "can you hear me", "please tell me a story", "turn on the lights in the kitchen"]
@@ -90,7 +90,7 @@ async def turns(port: int, talker: EspeakTalker, n: int) -> list[dict[str, float
 
 def start_server(port: int, *extra: str) -> subprocess.Popen:
     """``duplex serve`` in its own process: the client here must not share its GIL."""
-    proc = subprocess.Popen([sys.executable, "-m", "app", "serve", "--port", str(port), "--log-level", "WARNING",
+    proc = subprocess.Popen([sys.executable, "-m", "duplex.app", "serve", "--port", str(port), "--log-level", "WARNING",
                              *extra], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env={**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"})
     for _ in range(1200):
@@ -108,7 +108,7 @@ async def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--turns", type=int, default=8)
     args = ap.parse_args()
-    from tests.models import build_tiny_llama, text_token_ids
+    from duplex.app.harness.models import build_tiny_llama, text_token_ids
 
     talker = EspeakTalker()
     model = build_tiny_llama(Path(tempfile.mkdtemp()) / "tiny")

@@ -36,14 +36,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app.config import ServerConfig  # noqa: E402
-from app.replay import Result, Runner  # noqa: E402
-from app.scenario import parse  # noqa: E402
-from app.server import DuplexServer  # noqa: E402
-from pipeline.asr import PocketsphinxRecognizer  # noqa: E402
-from pipeline.talkers.espeak import EspeakTalker  # noqa: E402
-from pipeline.vad import SileroModel  # noqa: E402
-from pipeline.vocoders.pcm import PcmVocoder  # noqa: E402
+from duplex.app.edge.config import ServerConfig  # noqa: E402
+from duplex.app.clients.replay import Result, Runner  # noqa: E402
+from duplex.app.clients.scenario import parse  # noqa: E402
+from duplex.app.edge.server import DuplexServer  # noqa: E402
+from duplex.pipeline.recognizers.pocketsphinx import PocketsphinxRecognizer  # noqa: E402
+from duplex.pipeline.talkers.espeak import EspeakTalker  # noqa: E402
+from duplex.pipeline.voice_activity import SileroModel  # noqa: E402
+from duplex.pipeline.vocoders.pcm import PcmVocoder  # noqa: E402
 
 VOICES = ["en-us+klatt2", "en-us", "en-us+m3", "en-us+f3"]
 PAUSES = [("I would like", "to order a pizza"), ("please tell me", "a story about a dog"),

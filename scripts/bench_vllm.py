@@ -59,12 +59,12 @@ async def main() -> None:
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
     runs = 4 if args.quick else 10
-    from pipeline.engine import Reply
-    from pipeline.talker import SpeechRequest
-    from pipeline.talkers.codec import CodecLayout
-    from pipeline.talkers.vllm import CodecTalker, LocalEngine
-    from pipeline.vocoders.snac import SnacVocoder
-    from tests.models import build_snac, build_tiny_llama
+    from duplex.pipeline.stages import Reply
+    from duplex.pipeline.talker import SpeechRequest
+    from duplex.pipeline.talkers.codec import CodecLayout
+    from duplex.pipeline.talkers.vllm import CodecTalker, LocalEngine
+    from duplex.pipeline.vocoders.snac import SnacVocoder
+    from duplex.app.harness.models import build_snac, build_tiny_llama
 
     tmp = Path(tempfile.mkdtemp(prefix="duplex-bench-"))
     model, snac = build_tiny_llama(tmp / "tiny"), build_snac(tmp / "snac")

@@ -31,9 +31,9 @@ import websockets
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app.simclient import SimulatedClient  # noqa: E402
-from app.sounds import mix, silence, speech, trim  # noqa: E402
-from pipeline.talkers.espeak import EspeakTalker  # noqa: E402
+from duplex.app.clients.simulated import SimulatedClient  # noqa: E402
+from duplex.app.clients.sounds import mix, silence, speech, trim  # noqa: E402
+from duplex.pipeline.talkers.espeak import EspeakTalker  # noqa: E402
 
 QUESTIONS = ["hello how are you today", "the weather is nice and sunny", "please tell me a story about a dog",
              "can you hear me", "turn on the lights in the kitchen"]
@@ -138,7 +138,7 @@ async def main() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     log = open(Path(tempfile.gettempdir()) / "duplex-load-server.log", "w")  # a pipe nobody reads would block it
-    proc = subprocess.Popen([sys.executable, "-m", "app", "serve", "--port", str(port), "--log-level", "WARNING"],
+    proc = subprocess.Popen([sys.executable, "-m", "duplex.app", "serve", "--port", str(port), "--log-level", "WARNING"],
                             cwd=ROOT, stdout=log, stderr=log)
     for _ in range(200):
         try:

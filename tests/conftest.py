@@ -1,19 +1,21 @@
-"""Shared fixtures: the real built-in voice and a real server on a loopback port."""
+"""Shared fixtures: the real built-in voice, real listening parts, and a real server on a loopback port."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack
+from typing import Any
 
 import pytest
 
-from app.config import ServerConfig
-from app.server import DuplexServer
-from pipeline.asr import PocketsphinxRecognizer
-from pipeline.talkers.espeak import EspeakRuntime, EspeakTalker
-from pipeline.vad import SileroModel
-from pipeline.vocoders.pcm import PcmVocoder
-from tests.util import serving
+from duplex.app.edge.config import ServerConfig
+from duplex.app.edge.server import DuplexServer
+from duplex.app.harness.servers import serving
+from duplex.pipeline.backends import Backends
+from duplex.pipeline.detectors.silero_vad import SileroVad
+from duplex.pipeline.recognizers.pocketsphinx import PocketsphinxRecognizer
+from duplex.pipeline.talkers.espeak import EspeakRuntime, EspeakTalker
+from duplex.pipeline.vocoders.pcm import PcmVocoder
 
 
 @pytest.fixture(scope="session")
@@ -24,8 +26,8 @@ def espeak_runtime() -> Iterator[EspeakRuntime]:
 
 
 @pytest.fixture(scope="session")
-def vad_model() -> SileroModel:
-    return SileroModel()
+def vad_model() -> SileroVad:
+    return SileroVad()
 
 
 @pytest.fixture(scope="session")
@@ -41,24 +43,28 @@ def talker(espeak_runtime: EspeakRuntime) -> EspeakTalker:
 
 
 @pytest.fixture
+def backends(talker: EspeakTalker, vad_model: SileroVad, recognizer: PocketsphinxRecognizer) -> Backends:
+    """The embedded default: eSpeak, PCM, echo, Silero, pocketsphinx."""
+    return Backends(talker, PcmVocoder(), voice_activity=vad_model, recognizer=recognizer)
+
+
+@pytest.fixture
 def server_config() -> ServerConfig:
     return ServerConfig(host="127.0.0.1", port=0)
 
 
 @pytest.fixture
-async def server(talker: EspeakTalker, server_config: ServerConfig, vad_model, recognizer) -> AsyncIterator[DuplexServer]:
-    async with serving(talker, PcmVocoder(), config=server_config, vad_model=vad_model, recognizer=recognizer) as srv:
+async def server(backends: Backends, server_config: ServerConfig) -> AsyncIterator[DuplexServer]:
+    async with serving(backends, server_config) as srv:
         yield srv
 
 
 @pytest.fixture
-async def make_server(talker: EspeakTalker, vad_model, recognizer) -> AsyncIterator:
+async def make_server(backends: Backends) -> AsyncIterator[Callable[..., Awaitable[DuplexServer]]]:
     """Start servers with custom configuration; all are closed afterwards."""
     async with AsyncExitStack() as started:
-        async def make(**config) -> DuplexServer:
-            return await started.enter_async_context(serving(
-                talker, PcmVocoder(), config=ServerConfig(**{"host": "127.0.0.1", "port": 0, **config}),
-                vad_model=vad_model, recognizer=recognizer))
+        async def make(**config: Any) -> DuplexServer:
+            return await started.enter_async_context(
+                serving(backends, ServerConfig(**{"host": "127.0.0.1", "port": 0, **config})))
 
         yield make
-

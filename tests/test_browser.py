@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from app.sounds import mix, noise, silence, speech, trim, write_wav
+from duplex.app.clients.sounds import mix, noise, silence, speech, trim, write_wav
 from tests.test_duplex import wer
 from tests.util import need
 

@@ -22,7 +22,7 @@ def _free_port() -> int:
 async def test_serve_starts_answers_and_closes_sessions_on_sigterm():
     port = _free_port()
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "app", "serve", "--port", str(port),
+        sys.executable, "-m", "duplex.app", "serve", "--port", str(port),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     try:
@@ -47,7 +47,7 @@ async def test_serve_starts_answers_and_closes_sessions_on_sigterm():
 
 
 def test_bad_port_is_a_clear_error(capsys):
-    from app.__main__ import main
+    from duplex.app.cli.main import main
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -60,7 +60,7 @@ def test_bad_port_is_a_clear_error(capsys):
 
 def test_thinker_configuration_is_checked_at_start(tmp_path):
     def serve(*args: str) -> tuple[int, str]:
-        from app.__main__ import main
+        from duplex.app.cli.main import main
         import contextlib
         import io
 

@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from pipeline.frames import AudioBuffer
-from pipeline.state import StateHandle, StateMismatch, artifact_id
+from duplex.pipeline.frames import AudioBuffer
+from duplex.pipeline.state import StateHandle, StateMismatch, artifact_id
 
 
 def test_pcm_buffer_describes_itself_and_is_read_only():

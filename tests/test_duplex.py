@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import websockets
 
-from app.simclient import SimulatedClient
-from app.sounds import cough, mix, noise, silence, speech, trim, voiced_bounds
+from duplex.app.clients.simulated import SimulatedClient
+from duplex.app.clients.sounds import cough, mix, noise, silence, speech, trim, voiced_bounds
 
 RATE = 24000
 LONG = " ".join(f"This is sentence number {i} of a long reply." for i in range(12))
@@ -36,9 +36,7 @@ def wer(ref: str, hyp: str) -> float:
 
 
 async def connect(server, **session) -> SimulatedClient:
-    ws = await websockets.connect(f"ws://127.0.0.1:{server.port}/v1/realtime", max_size=None)
-    assert json.loads(await ws.recv())["type"] == "session.created"
-    sim = SimulatedClient(ws, keep_audio=True)
+    sim = await SimulatedClient.open(server.port, keep_audio=True)
     if session:
         await sim.send("session.update", session=session)
         await sim.sync()

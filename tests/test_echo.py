@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.echo import EchoGate, Envelope
-from app.sounds import mix, silence, speech, trim
+from duplex.app.clients.echo import EchoGate, Envelope
+from duplex.app.clients.sounds import mix, silence, speech, trim
 
 RATE = 16000
 BLOCK = 512  # samples per audio callback

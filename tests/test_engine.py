@@ -7,19 +7,19 @@ import asyncio
 import numpy as np
 import pytest
 
-from pipeline.engine import EngineConfig, OutputChunk, Reply, StreamBounds
-from pipeline.stream import ChunkEvent
-from pipeline.talker import SpeechRequest, TalkerError
-from pipeline.talkers.espeak import EspeakRuntime, EspeakTalker
-from pipeline.vocoders.pcm import PcmVocoder
+from duplex.pipeline.stages import OutputChunk, ReplyStages, StageQueues, StreamBounds
+from duplex.pipeline.stream import ChunkEvent
+from duplex.pipeline.talker import SpeechRequest, TalkerError
+from duplex.pipeline.talkers.espeak import EspeakRuntime, EspeakTalker
+from duplex.pipeline.vocoders.pcm import PcmVocoder
 from tests.util import stage_tasks, until
 
 MANY_SENTENCES = " ".join(f"This is sentence number {i}." for i in range(20))
 
 
-def _reply(talker, text: str, config: EngineConfig = EngineConfig(), epoch: int = 1) -> Reply:
-    return Reply(talker, PcmVocoder(), SpeechRequest("resp_1", text), epoch=epoch, output_rate=24000,
-                 config=config, watermark=lambda: 1234)
+def _reply(talker, text: str, queues: StageQueues = StageQueues(), epoch: int = 1) -> ReplyStages:
+    return ReplyStages(talker, PcmVocoder(), SpeechRequest("resp_1", text), epoch=epoch, output_rate=24000,
+                 queues=queues, watermark=lambda: 1234)
 
 
 async def test_reply_streams_resampled_audio_with_words(talker: EspeakTalker):
@@ -72,7 +72,7 @@ async def test_cancel_stops_every_stage_and_the_talker(talker: EspeakTalker, esp
 
 
 async def test_slow_sink_slows_the_talker_not_memory(talker: EspeakTalker, espeak_runtime: EspeakRuntime):
-    config = EngineConfig(talker_queue=StreamBounds(4, 16 * 1024), output_queue=StreamBounds(4, 16 * 1024))
+    queues = StageQueues(talker_queue=StreamBounds(4, 16 * 1024), output_queue=StreamBounds(4, 16 * 1024))
     taken: list[ChunkEvent] = []
     gate = asyncio.Event()
 
@@ -82,7 +82,7 @@ async def test_slow_sink_slows_the_talker_not_memory(talker: EspeakTalker, espea
 
     await asyncio.to_thread(espeak_runtime.wait_idle, 10)
     started = espeak_runtime.jobs_started
-    reply = _reply(talker, MANY_SENTENCES, config)
+    reply = _reply(talker, MANY_SENTENCES, queues)
     task = asyncio.create_task(reply.run(slow_sink))
     await until(lambda: reply.output_queue.chunks == 4 and reply.talk_queue.chunks == 4, what="queues full")
     assert await asyncio.to_thread(espeak_runtime.wait_idle, 10)
@@ -114,7 +114,7 @@ class _FailingTalker:
 
 
 async def test_talker_failure_fails_the_reply_and_leaves_no_task(talker: EspeakTalker):
-    reply = Reply(_FailingTalker(talker, 3), PcmVocoder(), SpeechRequest("r", MANY_SENTENCES), epoch=1, output_rate=24000)
+    reply = ReplyStages(_FailingTalker(talker, 3), PcmVocoder(), SpeechRequest("r", MANY_SENTENCES), epoch=1, output_rate=24000)
 
     async def sink(ev: ChunkEvent) -> None:
         pass

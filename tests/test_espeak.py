@@ -8,8 +8,8 @@ import threading
 import numpy as np
 import pytest
 
-from pipeline.talker import SpeechRequest
-from pipeline.talkers.espeak import EspeakRuntime, EspeakTalker, _Job, split_for_speech
+from duplex.pipeline.talker import SpeechRequest
+from duplex.pipeline.talkers.espeak import EspeakRuntime, EspeakTalker, _Job, split_for_speech
 
 LONG_CLAUSE = " ".join(["this clause keeps going without any punctuation at all"] * 3)
 

@@ -13,12 +13,14 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.protocol import CLIENT_EVENT_TYPES, ClientEvent, ProtocolError, decode
-from app.session import Session
-from app.speaker import CancelReply, StartReply
-from pipeline.vad import SileroModel
+from duplex.app.core.actions import Action
+from duplex.app.core.events import SERVER_EVENTS, Error
+from duplex.app.core.protocol import CLIENT_EVENT_TYPES, ClientEvent, ProtocolError, decode_event
+from duplex.app.core.session import Session
+from duplex.app.core.wire import Wire
+from duplex.pipeline.detectors.silero_vad import SileroVad
 
-MODEL = SileroModel()
+MODEL = SileroVad()
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.floats(allow_nan=False) | st.text(max_size=20),
@@ -74,42 +76,44 @@ def mutated(draw) -> str | bytes:
 def check_invariants(s: Session, last_samples: int) -> None:
     ids = [i.id for i in s.conversation.items]
     assert len(ids) == len(set(ids)), "item ids are unique"
-    r = s.speaker.active
+    r = s.replies.active
     assert r is None or r.item in s.conversation.items, "the live reply's item is in the conversation"
     assert s.input_samples >= last_samples, "the input clock never goes back"
     assert s.settings.input_rate in (16000, 24000) and s.settings.output_rate > 0
-    assert 0 <= s.speaker.epoch
+    assert 0 <= s.replies.epoch
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(messages=st.lists(mutated(), min_size=1, max_size=25), finish=st.lists(st.booleans(), min_size=1))
 def test_random_and_mutated_input_never_breaks_the_session(messages, finish):
-    s = Session("sess_fuzz", 0.0, vad_model=MODEL)
+    s = Session("sess_fuzz", 0.0, voice_activity=MODEL)
+    wire = Wire(s.id)
     s.start()
     now, samples = 0.0, 0
     for i, message in enumerate(messages):
         now += 0.02
+        out: list = []
         if isinstance(message, bytes):
             out = s.feed_binary(message, now)  # binary audio mode is off: always an error
-            assert [e["type"] for e in out] == ["error"]
+            assert [type(e) for e in out] == [Error]
         else:
             try:
-                event = decode(message, max_bytes=1 << 20)
+                event = decode_event(message, max_bytes=1 << 20)
             except ProtocolError as err:
-                out = s.error(err)
-                assert [e["type"] for e in out] == ["error"] and out[0]["error"]["code"]
+                assert err.code
             else:
                 assert isinstance(event, ClientEvent)
                 out = s.feed(event, now)
-                errors = [e for e in out if isinstance(e, dict) and e["type"] == "error"]
+                errors = [e for e in out if isinstance(e, Error)]
                 assert len(errors) <= 1
                 if errors:  # a refused event changed nothing visible but the error
                     assert len(out) == 1
         for o in out:
-            assert isinstance(o, (dict, StartReply, CancelReply)) or type(o).__name__ in ("Transcribe", "Sync")
-            if isinstance(o, dict):
-                json.dumps(o, default=lambda b: "<bytes>")  # every event can go on the wire
-        r = s.speaker.active
+            assert isinstance(o, SERVER_EVENTS + Action.__args__)
+            if isinstance(o, SERVER_EVENTS):
+                for frame in wire.render(o, binary_audio=True):  # every event can go on the wire
+                    assert isinstance(frame, bytes) or json.loads(frame)["type"]
+        r = s.replies.active
         if r is not None and finish[i % len(finish)]:
             s.on_reply_finished(r.id, now)  # the engine finished it meanwhile
         check_invariants(s, samples)

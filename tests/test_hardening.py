@@ -16,12 +16,15 @@ import pytest
 import websockets
 from openai import AsyncOpenAI
 
-from app.simclient import SimulatedClient
-from app.sounds import mix, silence, speech, trim
-from pipeline.talker import TalkerError
-from pipeline.thinker import NOT_UNDERSTOOD
-from tests.client import RealtimeClient, audio_of, pcm_b64
-from tests.util import serving, stage_tasks, until
+from duplex.app.clients.realtime import RealtimeClient, audio_of, pcm_b64
+from duplex.app.clients.simulated import SimulatedClient
+from duplex.app.clients.sounds import mix, silence, speech, trim
+from duplex.app.core.limits import SessionLimits
+from duplex.app.harness.servers import serving
+from duplex.pipeline.backends import Backends
+from duplex.pipeline.talker import TalkerError
+from duplex.pipeline.thinker import NOT_UNDERSTOOD
+from tests.util import stage_tasks, until
 
 LONG = " ".join(f"This is sentence number {i} of a long reply." for i in range(20))
 
@@ -90,7 +93,7 @@ async def test_session_limit_refuses_with_503(make_server):
 
 
 async def test_input_faster_than_allowed_is_refused_and_the_session_goes_on(make_server):
-    server = await make_server(max_input_speed=2.0, input_burst_s=1.0)
+    server = await make_server(limits=SessionLimits(max_input_speed=2.0, input_burst_s=1.0))
     c = await RealtimeClient.connect(server.port)
     await c.update(turn_detection=None)
     await c.send("input_audio_buffer.append", audio=pcm_b64(np.zeros(12000, np.int16)))  # 0.5 s: fine
@@ -114,7 +117,7 @@ async def test_binary_frame_over_the_size_limit_gets_an_error(make_server):
 
 
 async def test_reply_length_limit_ends_the_reply_and_stops_the_talker(make_server, espeak_runtime):
-    server = await make_server(max_reply_s=1.0)
+    server = await make_server(limits=SessionLimits(max_reply_s=1.0))
     c = await RealtimeClient.connect(server.port)
     await c.update(pacing={"enabled": False})
     await c.say(LONG)
@@ -155,8 +158,8 @@ async def test_a_client_that_stops_reading_is_closed_within_bounds(make_server):
         await ws.send(json.dumps(event))
     ws.transport.pause_reading()  # and never read again
     await until(lambda: not server.connections, 30, what="the stalled client closed")
-    bound = server.config.engine.talker_queue.max_bytes + server.config.engine.output_queue.max_bytes
-    assert server.max_queued_bytes <= bound
+    bound = server.config.queues.talker_queue.max_bytes + server.config.queues.output_queue.max_bytes
+    assert server.metrics.value("duplex_queue_high_water_bytes") <= bound
     assert stage_tasks() == []
     assert 'duplex_refusals_total{kind="stalled"} 1' in server.metrics_text()
     ws.transport.abort()
@@ -209,10 +212,10 @@ class _Flaky:
 
 @pytest.mark.parametrize("stage", ["talker", "vocoder"])
 async def test_a_failing_stage_fails_the_reply_and_the_next_one_works(talker, stage, vad_model, recognizer):
-    from pipeline.vocoders.pcm import PcmVocoder
+    from duplex.pipeline.vocoders.pcm import PcmVocoder
 
     t, v = (_Flaky(talker, 3), PcmVocoder()) if stage == "talker" else (talker, _Flaky(PcmVocoder(), 0))
-    async with serving(t, v, vad_model=vad_model, recognizer=recognizer) as server:
+    async with serving(Backends(t, v, voice_activity=vad_model, recognizer=recognizer)) as server:
         c = await RealtimeClient.connect(server.port)
         await c.update(pacing={"enabled": False})
         await c.say(LONG)
@@ -249,16 +252,14 @@ async def test_recognition_decodes_outside_the_server_process(recognizer, talker
 
 
 async def test_a_dead_recognition_worker_fails_one_turn_and_the_next_is_heard(talker, vad_model):
-    from pipeline.asr import PocketsphinxRecognizer
-    from pipeline.vocoders.pcm import PcmVocoder
+    from duplex.pipeline.recognizers.pocketsphinx import PocketsphinxRecognizer
+    from duplex.pipeline.vocoders.pcm import PcmVocoder
 
     recognizer = PocketsphinxRecognizer(workers=1)
     recognizer.prewarm()
     try:
-        async with serving(talker, PcmVocoder(), vad_model=vad_model, recognizer=recognizer) as server:
-            ws = await websockets.connect(_url(server.port), max_size=None)
-            assert json.loads(await ws.recv())["type"] == "session.created"
-            sim = SimulatedClient(ws)
+        async with serving(Backends(talker, PcmVocoder(), voice_activity=vad_model, recognizer=recognizer)) as server:
+            sim = await SimulatedClient.open(server.port)
             turn = mix(silence(0.5), trim(await speech(talker, "hello how are you today"), 24000), silence(4.0))
             (dead,) = recognizer.pids()
             os.kill(dead, signal.SIGKILL)
@@ -275,7 +276,7 @@ async def test_a_dead_recognition_worker_fails_one_turn_and_the_next_is_heard(ta
             metrics = server.metrics_text()
             assert "duplex_recognition_failures_total 1\n" in metrics
             assert "duplex_recognition_seconds_count 1\n" in metrics
-            await ws.close()
+            await sim.client.close()
     finally:
         recognizer.close()
 
@@ -307,7 +308,7 @@ async def test_metrics_count_what_happened(server):
 
 
 def test_json_logs_carry_session_ids(capsys):
-    from app import logs
+    from duplex.app.edge import logs
 
     logs.setup("INFO", "json")
     logging.getLogger("duplex.server").info("session opened", extra={"session": "sess_abc"})

@@ -21,7 +21,7 @@ import threading
 import numpy as np
 import pytest
 
-from app.sounds import mix, silence, speech, trim, voiced_bounds
+from duplex.app.clients.sounds import mix, silence, speech, trim, voiced_bounds
 from tests.util import need, until
 
 RATE = 16000  # jackd's rate: every PortAudio stream on it must use it
@@ -104,7 +104,7 @@ class Room:
             self.done.set()
 
     def open(self):
-        from app.mic import _set_jack_client_name
+        from duplex.app.clients.mic import _set_jack_client_name
 
         self._name = _set_jack_client_name(self.sd, "room")
         self.stream = self.sd.Stream(device=("system", "system"), samplerate=RATE, channels=1, dtype="float32",
@@ -123,7 +123,7 @@ class Room:
 async def _start_demo(url: str, jack_name: str) -> tuple[asyncio.subprocess.Process, list[str], asyncio.Task]:
     """The real `duplex mic` as a subprocess, its output lines collected as they come."""
     demo = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "app", "mic", "--url", url, "--input", "system", "--output", "system",
+        sys.executable, "-m", "duplex.app", "mic", "--url", url, "--input", "system", "--output", "system",
         "--jack-name", jack_name, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
         env={**os.environ, "PYTHONUNBUFFERED": "1"})
     lines: list[str] = []
@@ -228,10 +228,10 @@ async def test_mic_demo_reconnects_when_the_server_comes_back(jack, talker, make
 
 
 def test_mic_demo_names_a_missing_device(jack):
-    out = subprocess.run([sys.executable, "-m", "app", "mic", "--input", "no-such-microphone"],
+    out = subprocess.run([sys.executable, "-m", "duplex.app", "mic", "--input", "no-such-microphone"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 1
     assert "no such audio device" in out.stderr and "--list-devices" in out.stderr
-    listed = subprocess.run([sys.executable, "-m", "app", "mic", "--list-devices"], capture_output=True, text=True,
+    listed = subprocess.run([sys.executable, "-m", "duplex.app", "mic", "--list-devices"], capture_output=True, text=True,
                             timeout=60)
     assert listed.returncode == 0 and "system" in listed.stdout

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.pacing import Playout, SessionClock
+from duplex.app.core.pacing import Playout, SessionClock
 
 
 def test_clock_follows_input_while_streaming_however_fast_it_arrives():

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from app.replay import Runner
-from app.scenario import ScenarioError, load, parse
+from duplex.app.clients.replay import Runner
+from duplex.app.clients.scenario import ScenarioError, load, parse
 from tests.util import stage_tasks, until
 
 SCENARIOS = sorted(Path(__file__).parent.joinpath("scenarios").glob("*.toml"))
@@ -44,15 +44,15 @@ async def test_disconnect_mid_reply_frees_the_reply(server, runner):
     result = await _run(runner, server, "disconnect_mid_reply")
     assert result.passed
     await until(lambda: not server.connections, what="session freed")
-    assert server.cancels.get("client_disconnected") == 1
+    assert server.metrics.value("duplex_cancels_total", reason="client_disconnected") == 1
     assert stage_tasks() == []
 
 
 async def test_a_client_that_stops_reading_holds_memory_within_bounds(server, runner):
     result = await _run(runner, server, "stalled_reader")
     assert result.passed, result.failures
-    bound = server.config.engine.talker_queue.max_bytes + server.config.engine.output_queue.max_bytes
-    assert 0 < server.max_queued_bytes <= bound
+    bound = server.config.queues.talker_queue.max_bytes + server.config.queues.output_queue.max_bytes
+    assert 0 < server.metrics.value("duplex_queue_high_water_bytes") <= bound
     assert result.replies[0]["received_ms"] > 20_000, "the stall held the reply back, it did not lose it"
     await until(lambda: not server.connections, what="clean close")
 
@@ -101,7 +101,7 @@ async def test_replay_command_line(server, tmp_path):
                        '[[step]]\nwait = "answered"\n[[expect]]\nreplies = 1\nstatus = "cancelled"\n')
     report = tmp_path / "report.json"
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "app", "replay", str(good), str(failing),
+        sys.executable, "-m", "duplex.app", "replay", str(good), str(failing),
         "--url", f"ws://127.0.0.1:{server.port}/v1/realtime", "--report", str(report),
         "--wav-dir", str(tmp_path / "wav"), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
     out, _ = await asyncio.wait_for(proc.communicate(), 120)

@@ -9,12 +9,12 @@ import urllib.request
 import numpy as np
 import pytest
 
-from app.server import DuplexServer
-from pipeline.engine import Reply
-from pipeline.stream import ChunkEvent
-from pipeline.talker import SpeechRequest
-from pipeline.vocoders.pcm import PcmVocoder
-from tests.client import RealtimeClient, audio_of, pcm_b64
+from duplex.app.edge.server import DuplexServer
+from duplex.pipeline.stages import ReplyStages
+from duplex.pipeline.stream import ChunkEvent
+from duplex.pipeline.talker import SpeechRequest
+from duplex.pipeline.vocoders.pcm import PcmVocoder
+from duplex.app.clients.realtime import RealtimeClient, audio_of, pcm_b64
 from tests.util import stage_tasks, until
 
 LONG = " ".join(f"This is sentence number {i} of a long reply." for i in range(12))
@@ -27,7 +27,7 @@ async def _fresh_audio(talker, text: str) -> np.ndarray:
     async def sink(ev: ChunkEvent) -> None:
         parts.append(np.asarray(ev.payload.audio.data))
 
-    await Reply(talker, PcmVocoder(), SpeechRequest("x", text), epoch=0, output_rate=24000).run(sink)
+    await ReplyStages(talker, PcmVocoder(), SpeechRequest("x", text), epoch=0, output_rate=24000).run(sink)
     return np.concatenate(parts)
 
 
@@ -276,7 +276,7 @@ async def test_disconnect_mid_reply_frees_everything(server: DuplexServer, espea
     await until(lambda: not server.connections, what="session freed")
     assert stage_tasks() == []
     assert await asyncio.to_thread(espeak_runtime.wait_idle, 10)
-    assert server.cancels.get("client_disconnected") == 1
+    assert server.metrics.value("duplex_cancels_total", reason="client_disconnected") == 1
     c2 = await RealtimeClient.connect(server.port)  # and the server keeps serving
     await c2.close()
 

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from openai import AsyncOpenAI
 
-from app.server import DuplexServer
-from pipeline.engine import Reply
-from pipeline.stream import ChunkEvent
-from pipeline.talker import SpeechRequest
-from pipeline.vocoders.pcm import PcmVocoder
+from duplex.app.edge.server import DuplexServer
+from duplex.pipeline.stages import ReplyStages
+from duplex.pipeline.stream import ChunkEvent
+from duplex.pipeline.talker import SpeechRequest
+from duplex.pipeline.vocoders.pcm import PcmVocoder
 
 TEXT = "Hello from the official software development kit."
 
@@ -24,7 +24,7 @@ async def _expected_samples(talker, text: str) -> int:
         nonlocal n
         n += ev.payload.audio.length
 
-    await Reply(talker, PcmVocoder(), SpeechRequest("x", text), epoch=0, output_rate=24000).run(sink)
+    await ReplyStages(talker, PcmVocoder(), SpeechRequest("x", text), epoch=0, output_rate=24000).run(sink)
     return n
 
 

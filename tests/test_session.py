@@ -2,19 +2,30 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-from app.conversation import Item
-from app.protocol import ClientEvent, decode
-from app.session import CancelReply, Session, StartReply
-from pipeline.engine import OutputChunk
-from pipeline.frames import AudioBuffer
-from pipeline.stream import ChunkEvent
-from pipeline.talker import WordMark
+from duplex.app.core.actions import CancelReply, StartReply, Transcribe
+from duplex.app.core.conversation import Item, Part
+from duplex.app.core.protocol import ClientEvent, decode_event
+from duplex.app.core.session import Session
+from duplex.app.core.wire import Wire
+from duplex.pipeline.frames import AudioBuffer
+from duplex.pipeline.stages import OutputChunk
+from duplex.pipeline.stream import ChunkEvent
+from duplex.pipeline.talker import WordMark
 
 
 def ev(etype: str, **data) -> ClientEvent:
     return ClientEvent(etype, {"type": etype, **data})
+
+
+def wire(out: list[Any]) -> list[Any]:
+    """The session's outputs with every event rendered as the wire's JSON object."""
+    w = Wire("sess_test")
+    return [o if isinstance(o, (StartReply, CancelReply, Transcribe)) or type(o).__name__ == "Sync" else w.to_dict(o)
+            for o in out]
 
 
 def chunk(rid: str, epoch: int, seq: int, start: int, n: int = 2400, words=(), text: str = "") -> ChunkEvent:
@@ -34,12 +45,13 @@ def test_cancel_retires_the_epoch_before_anything_else():
     s = Session("sess_test", 0.0)
     a = start_reply(s)
     assert s.on_output(chunk(a.response_id, a.epoch, 0, 0), 0.0)
-    out = s.feed(ev("response.cancel"), 0.0)
+    out = wire(s.feed(ev("response.cancel"), 0.0))
     assert isinstance(out[0], CancelReply) and out[0].epoch == a.epoch
     assert out[-1]["type"] == "response.done" and out[-1]["response"]["status"] == "cancelled"
     # Audio of the cancelled epoch that was already in flight produces nothing.
-    assert s.on_output(chunk(a.response_id, a.epoch, 1, 2400), 0.0) == []
-    assert s.speaker.stale_dropped == 1
+    late = chunk(a.response_id, a.epoch, 1, 2400)
+    assert not s.replies.current(late)
+    assert s.on_output(late, 0.0) == []
     assert s.on_reply_finished(a.response_id, 0.0) == [], "response.done is sent once"
     b = start_reply(s, "next")
     assert b.epoch == a.epoch + 1
@@ -49,11 +61,12 @@ def test_cancel_retires_the_epoch_before_anything_else():
 def test_transcript_follows_the_audio_sent():
     s = Session("sess_test", 0.0)
     a = start_reply(s, "one two three")
-    out = s.on_output(chunk(a.response_id, a.epoch, 0, 0, words=[WordMark(0, 3, 0)], text="one two three"), 0.0)
+    out = wire(s.on_output(chunk(a.response_id, a.epoch, 0, 0, words=[WordMark(0, 3, 0)], text="one two three"), 0.0))
     assert [e["delta"] for e in out if e["type"] == "response.output_audio_transcript.delta"] == ["one"]
-    out = s.on_output(chunk(a.response_id, a.epoch, 1, 2400, words=[WordMark(4, 7, 3000), WordMark(8, 13, 4000)]), 0.0)
+    out = wire(s.on_output(chunk(a.response_id, a.epoch, 1, 2400,
+                                 words=[WordMark(4, 7, 3000), WordMark(8, 13, 4000)]), 0.0))
     assert [e["delta"] for e in out if e["type"] == "response.output_audio_transcript.delta"] == [" two three"]
-    done = s.on_reply_finished(a.response_id, 0.0)
+    done = wire(s.on_reply_finished(a.response_id, 0.0))
     assert done[-1]["response"]["output"][0]["content"][0]["transcript"] == "one two three"
 
 
@@ -73,26 +86,26 @@ def test_same_input_faster_or_slower_gives_same_events():
         for i in range(20):
             out += s.feed(ev("input_audio_buffer.append", audio="AAAAAAAA"), i * step_wall)
         out += s.feed(ev("input_audio_buffer.commit"), 20 * step_wall)
-        return [{k: v for k, v in e.items() if k != "event_id"} for e in out if isinstance(e, dict)]
+        return [{k: v for k, v in e.items() if k != "event_id"} for e in wire(out) if isinstance(e, dict)]
 
     assert run(0.001) == run(0.1)
 
 
 def test_decode_then_feed_unknown_field_types():
     s = Session("sess_test", 0.0)
-    out = s.feed(decode('{"type":"session.update","session":{"audio":{"output":{"speed":3}}}}', max_bytes=1000), 0.0)
+    out = wire(s.feed(decode_event('{"type":"session.update","session":{"audio":{"output":{"speed":3}}}}',
+                                   max_bytes=1000), 0.0))
     assert out[0]["type"] == "error" and out[0]["error"]["param"] == "session.audio.output.speed"
     assert s.settings.speed == 1.0
 
 
 async def test_a_turn_heard_as_nothing_is_answered_briefly():
-    from app.session import Transcribe
-    from pipeline.thinker import NOT_UNDERSTOOD, EchoThinker
-    from pipeline.vad import SileroModel
+    from duplex.pipeline.detectors.silero_vad import SileroVad
+    from duplex.pipeline.thinker import NOT_UNDERSTOOD, EchoThinker
 
-    s = Session("sess_test", 0.0, vad_model=SileroModel())
-    s.conversation.add(Item("u1", "user", [{"type": "input_audio", "transcript": None}]))
-    out = s.on_transcript("u1", "", 1.0)
+    s = Session("sess_test", 0.0, voice_activity=SileroVad())
+    s.conversation.add(Item("u1", "user", [Part("input_audio", None)]))
+    out = wire(s.on_transcript("u1", "", 1.0))
     assert out[0]["type"] == "conversation.item.input_audio_transcription.completed"
     [start] = [o for o in out if isinstance(o, StartReply)]
     assert start.think.messages[-1] == {"role": "user", "content": ""}
@@ -105,11 +118,12 @@ def test_the_thinker_sees_instructions_and_only_what_was_heard():
     s.feed(ev("session.update", session={"instructions": "Be brief."}), 0.0)
     a = start_reply(s, "tell me about the sea")
     s.on_output(chunk(a.response_id, a.epoch, 0, 0, n=2400, words=[WordMark(0, 3, 0)]), 0.0)
-    s.speaker.active.text = "The sea is deep and wide."  # what the thinker said in full
-    s.speaker.active.item.full_text = s.speaker.active.text
-    s.speaker.active.item.words = [WordMark(0, 3, 0), WordMark(4, 7, 1200), WordMark(8, 10, 3000)]
-    out = s.feed(ev("conversation.item.truncate", item_id=s.speaker.active.item.id, content_index=0,
-                    audio_end_ms=60), 0.0)
+    live = s.replies.active
+    assert live is not None
+    live.text = "The sea is deep and wide."  # what the thinker said in full
+    live.item.full_text = live.text
+    live.item.words = [WordMark(0, 3, 0), WordMark(4, 7, 1200), WordMark(8, 10, 3000)]
+    out = wire(s.feed(ev("conversation.item.truncate", item_id=live.item.id, content_index=0, audio_end_ms=60), 0.0))
     assert out[-1]["type"] == "conversation.item.truncated"
     b = start_reply(s, "and then?")
     assert b.think.messages == (

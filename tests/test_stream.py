@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.stream import BoundedEventStream, ChunkEvent, SequenceError, Sequencer, StreamClosed
+from duplex.pipeline.stream import BoundedEventStream, ChunkEvent, SequenceError, Sequencer, StreamClosed
 
 FAST = settings(max_examples=150, deadline=None)
 

@@ -1,20 +1,26 @@
-"""The streaming VAD on its own: the energy gate saves model calls in silence and
+"""Voice activity on its own: the energy gate saves model calls in silence and
 leaves turn boundaries where they were."""
 
 from __future__ import annotations
 
-from app.sounds import mix, noise, silence, speech
-from pipeline.vad import StreamingVad
+from duplex.app.clients.sounds import mix, noise, silence, speech
+from duplex.app.core.listening import Listener
+from duplex.app.core.settings import TurnDetection
+from duplex.app.core.signals import Started, Stopped
 
 RATE = 24000
 
 
 def boundaries(model, audio, **kwargs) -> tuple[list[tuple[str, int, int | None]], int]:
-    vad = StreamingVad(model, RATE, threshold=0.5, silence_ms=500, **kwargs)
-    events = []
+    ears = Listener(model, RATE, TurnDetection(threshold=0.5, silence_duration_ms=500), **kwargs)
+    events: list[tuple[str, int, int | None]] = []
     for i in range(0, audio.size, 480):  # 20 ms frames, as clients send them
-        events += [(e.kind, e.sample, e.speech_end) for e in vad.push(audio[i:i + 480])]
-    return events, vad.skipped
+        for s in ears.push(audio[i:i + 480], replying=False):
+            if isinstance(s, Started):
+                events.append(("start", s.onset, None))
+            elif isinstance(s, Stopped):
+                events.append(("stop", s.audio_end, s.speech_end))
+    return events, ears.vad.skipped
 
 
 async def test_energy_gate_skips_silence_but_keeps_every_boundary(vad_model, talker):

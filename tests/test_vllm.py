@@ -16,11 +16,13 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from app.sounds import mix, silence, speech, trim
-from pipeline.state import StateHandle, StateMismatch
-from pipeline.talker import SpeechRequest
-from tests.client import RealtimeClient, ask_for_a_long_answer, asked_while_listening, audio_of
-from tests.util import need, serving
+from duplex.app.clients.sounds import mix, silence, speech, trim
+from duplex.pipeline.state import StateHandle, StateMismatch
+from duplex.pipeline.talker import SpeechRequest
+from duplex.app.clients.realtime import RealtimeClient, audio_of
+from duplex.app.harness.servers import serving
+from duplex.pipeline.backends import Backends
+from tests.util import ask_for_a_long_answer, asked_while_listening, need
 
 HAVE_VLLM = all(importlib.util.find_spec(m) is not None for m in ("vllm", "snac", "torch"))
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -30,7 +32,7 @@ LONG = "This reply is long enough to be cut off by the listener well before its 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> tuple[Path, Path]:
     need(HAVE_VLLM, "the vLLM tests need the vllm extra: pip install -e '.[vllm]'")
-    from tests.models import build_snac, build_tiny_llama
+    from duplex.app.harness.models import build_snac, build_tiny_llama
 
     root = tmp_path_factory.mktemp("models")
     return build_tiny_llama(root / "tiny-llama"), build_snac(root / "snac")
@@ -38,9 +40,9 @@ def tiny(tmp_path_factory) -> tuple[Path, Path]:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def backend(tiny):
-    from pipeline.talkers.codec import CodecLayout
-    from pipeline.talkers.vllm import CodecTalker, LocalEngine
-    from pipeline.vocoders.snac import SnacVocoder
+    from duplex.pipeline.talkers.codec import CodecLayout
+    from duplex.pipeline.talkers.vllm import CodecTalker, LocalEngine
+    from duplex.pipeline.vocoders.snac import SnacVocoder
 
     model, snac = tiny
     engine = LocalEngine(model, max_model_len=2048)
@@ -53,7 +55,7 @@ async def backend(tiny):
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def vserver(backend, vad_model, recognizer):
     talker, vocoder = backend
-    async with serving(talker, vocoder, vad_model=vad_model, recognizer=recognizer) as srv:
+    async with serving(Backends(talker, vocoder, voice_activity=vad_model, recognizer=recognizer)) as srv:
         yield srv
 
 
@@ -132,7 +134,7 @@ async def test_configuration_is_checked_before_anything_starts(tiny, tmp_path):
     model, snac = tiny
 
     def serve(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "app", "serve", "--port", "0", *args],
+        return subprocess.run([sys.executable, "-m", "duplex.app", "serve", "--port", "0", *args],
                               capture_output=True, text=True, timeout=120)
 
     r = serve("--talker", "vllm", "--model", str(tmp_path / "missing"), "--vocoder-weights", str(snac))
@@ -160,8 +162,8 @@ async def test_snac_streaming_matches_a_whole_decode(tiny, monkeypatch):
     import numpy as np
     import snac.layers
 
-    from pipeline.frames import CODES, AudioBuffer
-    from pipeline.vocoders.snac import SnacVocoder
+    from duplex.pipeline.frames import CODES, AudioBuffer
+    from duplex.pipeline.vocoders.snac import SnacVocoder
 
     monkeypatch.setattr(snac.layers.NoiseBlock, "forward", lambda self, x: x)
     _, weights = tiny
@@ -187,16 +189,16 @@ async def test_snac_streaming_matches_a_whole_decode(tiny, monkeypatch):
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def tserver(backend, espeak_runtime, vad_model, recognizer):
     """The built-in voice speaking what a vLLM chat model (on the talker's engine) says."""
-    from pipeline.talkers.espeak import EspeakTalker
-    from pipeline.thinkers.vllm_chat import VllmChatThinker
-    from pipeline.vocoders.pcm import PcmVocoder
-    from tests.models import text_token_ids
+    from duplex.pipeline.talkers.espeak import EspeakTalker
+    from duplex.pipeline.thinkers.vllm_chat import VllmChatThinker
+    from duplex.pipeline.vocoders.pcm import PcmVocoder
+    from duplex.app.harness.models import text_token_ids
 
     codec_talker, _ = backend
     talker = EspeakTalker(espeak_runtime)
     thinker = VllmChatThinker(codec_talker.engine, owns_engine=False, max_tokens=1800, temperature=1.0,
                               sampling={"allowed_token_ids": text_token_ids()})
-    async with serving(talker, PcmVocoder(), vad_model=vad_model, recognizer=recognizer, thinker=thinker) as srv:
+    async with serving(Backends(talker, PcmVocoder(), thinker, vad_model, recognizer)) as srv:
         yield srv, thinker
 
 
@@ -238,13 +240,13 @@ async def test_barge_in_aborts_the_thinker_and_keeps_what_was_heard(tserver, tal
 
 async def test_thinker_and_talker_share_one_engine(backend, vad_model, recognizer):
     """A vLLM chat model says it, the vLLM codec talker speaks it, one engine for both."""
-    from pipeline.thinkers.vllm_chat import VllmChatThinker
-    from tests.models import text_token_ids
+    from duplex.pipeline.thinkers.vllm_chat import VllmChatThinker
+    from duplex.app.harness.models import text_token_ids
 
     codec_talker, vocoder = backend
     thinker = VllmChatThinker(codec_talker.engine, owns_engine=False, max_tokens=40,
                               sampling={"allowed_token_ids": text_token_ids()})
-    async with serving(codec_talker, vocoder, vad_model=vad_model, recognizer=recognizer, thinker=thinker) as srv:
+    async with serving(Backends(codec_talker, vocoder, thinker, vad_model, recognizer)) as srv:
         c = await RealtimeClient.connect(srv.port)
         await c.update(pacing={"enabled": False})
         await c.say("hello")

@@ -13,8 +13,10 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from tests.client import RealtimeClient, ask_for_a_long_answer, audio_of
-from tests.util import need, serving
+from duplex.app.clients.realtime import RealtimeClient, audio_of
+from duplex.app.harness.servers import serving
+from duplex.pipeline.backends import Backends
+from tests.util import ask_for_a_long_answer, need
 
 HAVE_VLLM = all(importlib.util.find_spec(m) is not None for m in ("vllm", "snac", "torch"))
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -30,7 +32,7 @@ def _free_port() -> int:
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def remote(tmp_path_factory):
     need(HAVE_VLLM, "the vLLM tests need the vllm extra: pip install -e '.[vllm]'")
-    from tests.models import build_snac, build_tiny_llama
+    from duplex.app.harness.models import build_snac, build_tiny_llama
 
     root = tmp_path_factory.mktemp("remote-models")
     model, snac = build_tiny_llama(root / "tiny-llama"), build_snac(root / "snac")
@@ -70,15 +72,15 @@ async def remote(tmp_path_factory):
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def rserver(remote, vad_model, recognizer):
-    from pipeline.talkers.codec import CodecLayout
-    from pipeline.talkers.vllm import CodecTalker, RemoteEngine
-    from pipeline.vocoders.snac import SnacVocoder
+    from duplex.pipeline.talkers.codec import CodecLayout
+    from duplex.pipeline.talkers.vllm import CodecTalker, RemoteEngine
+    from duplex.pipeline.vocoders.snac import SnacVocoder
 
     url, model, snac = remote
     engine = RemoteEngine(url, "tiny")
     await engine.start()
     talker = CodecTalker(engine, CodecLayout.load(model / "codec_layout.json"))
-    async with serving(talker, SnacVocoder(snac), vad_model=vad_model, recognizer=recognizer) as srv:
+    async with serving(Backends(talker, SnacVocoder(snac), voice_activity=vad_model, recognizer=recognizer)) as srv:
         yield srv, talker
     await talker.aclose()
 
@@ -115,7 +117,7 @@ async def test_remote_cancel_closes_the_stream_and_the_server_aborts(rserver):
 
 
 async def test_remote_configuration_errors_are_clear(remote):
-    from pipeline.talkers.vllm import RemoteEngine
+    from duplex.pipeline.talkers.vllm import RemoteEngine
 
     url, _, _ = remote
     with pytest.raises(ValueError, match="serves"):
@@ -129,17 +131,16 @@ async def test_remote_configuration_errors_are_clear(remote):
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def chat_server(remote, espeak_runtime, vad_model, recognizer):
-    from pipeline.talkers.espeak import EspeakTalker
-    from pipeline.thinkers.openai_chat import OpenAIChatThinker
-    from pipeline.vocoders.pcm import PcmVocoder
-    from tests.models import text_token_ids
+    from duplex.pipeline.talkers.espeak import EspeakTalker
+    from duplex.pipeline.thinkers.openai_chat import OpenAIChatThinker
+    from duplex.pipeline.vocoders.pcm import PcmVocoder
+    from duplex.app.harness.models import text_token_ids
 
     url, _, _ = remote
     thinker = OpenAIChatThinker(url, "tiny", temperature=1.0, max_tokens=300,
                                 extra_body={"allowed_token_ids": text_token_ids()})
     await thinker.start()
-    async with serving(EspeakTalker(espeak_runtime), PcmVocoder(), vad_model=vad_model, recognizer=recognizer,
-                       thinker=thinker) as srv:
+    async with serving(Backends(EspeakTalker(espeak_runtime), PcmVocoder(), thinker, vad_model, recognizer)) as srv:
         yield srv, thinker
     await thinker.aclose()
 

@@ -7,8 +7,8 @@ import soxr
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.frames import AudioBuffer
-from pipeline.vocoders.pcm import PcmVocoder
+from duplex.pipeline.frames import AudioBuffer
+from duplex.pipeline.vocoders.pcm import PcmVocoder
 
 
 def _sweep(n: int, rate: int) -> np.ndarray:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
-from app.config import ServerConfig
-from app.server import DuplexServer
+from duplex.app.clients.realtime import RealtimeClient
+from duplex.app.clients.simulated import SimulatedClient
 
 
 async def until(predicate: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
@@ -21,8 +21,8 @@ async def until(predicate: Callable[[], bool], timeout: float = 10.0, what: str 
     assert predicate(), what
 
 
-def stage_tasks() -> list[asyncio.Task]:
-    """Engine stage tasks still alive in this loop."""
+def stage_tasks() -> list[asyncio.Task[Any]]:
+    """Reply stage tasks still alive in this loop."""
     return [
         t for t in asyncio.all_tasks()
         if t.get_name().startswith(("thinker:", "talker:", "vocoder:", "writer:", "sink:")) and not t.done()
@@ -39,13 +39,24 @@ def need(ok: bool, reason: str) -> None:
     pytest.skip(reason)
 
 
-@asynccontextmanager
-async def serving(talker, vocoder, *, config: ServerConfig | None = None, **kw) -> AsyncIterator[DuplexServer]:
-    """A real DuplexServer on a free loopback port (or ``config``), closed on exit."""
-    srv = DuplexServer(talker, vocoder, config or ServerConfig(host="127.0.0.1", port=0), **kw)
-    await srv.start()
-    try:
-        yield srv
-    finally:
-        srv.close()
-        await srv.wait_closed()
+async def ask_for_a_long_answer(port: int) -> tuple[RealtimeClient, dict[str, Any]]:
+    """Ask a thinker-backed server a question (pacing off) and wait for the whole reply:
+    the open client (its events kept) and the ``response.done`` response."""
+    c = await RealtimeClient.connect(port)
+    await c.update(pacing={"enabled": False}, instructions="Answer in gibberish.")
+    await c.say("what is the weather like")
+    await c.send("response.create")
+    return c, (await c.until("response.done"))["response"]
+
+
+async def asked_while_listening(port: int, text: str) -> SimulatedClient:
+    """A microphone client (no automatic reply to its turns) that typed ``text`` and
+    asked for the answer: for barge-in tests that then talk over the reply."""
+    sim = await SimulatedClient.open(port)
+    await sim.send("session.update", session={"turn_detection": {"type": "server_vad", "create_response": False}})
+    await sim.silence(0.5)
+    await sim.send("conversation.item.create", item={"type": "message", "role": "user",
+                                                     "content": [{"type": "input_text", "text": text}]})
+    await sim.send("response.create")
+    await sim.sync()
+    return sim

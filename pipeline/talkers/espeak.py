@@ -24,8 +24,8 @@ from pathlib import Path
 import espeakng_loader
 import numpy as np
 
-from pipeline.frames import AudioBuffer
-from pipeline.talker import SpeechRequest, TalkerChunk, TalkerError, WordMark
+from duplex.pipeline.frames import AudioBuffer
+from duplex.pipeline.talker import SpeechRequest, TalkerChunk, TalkerError, WordMark
 
 class _Library:
     """The C library's process-wide state, as Python sees it.

@@ -22,10 +22,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from pipeline.frames import CODES, AudioBuffer
-from pipeline.state import StateMismatch, artifact_id
-from pipeline.talker import SpeechRequest, TalkerChunk, TalkerError, WordMark
-from pipeline.talkers.codec import CodecLayout, FrameAssembler
+from duplex.pipeline.frames import CODES, AudioBuffer
+from duplex.pipeline.state import StateMismatch, artifact_id
+from duplex.pipeline.talker import SpeechRequest, TalkerChunk, TalkerError, WordMark
+from duplex.pipeline.talkers.codec import CodecLayout, FrameAssembler
 
 SUPPORTED_ARCHITECTURES = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"}
 

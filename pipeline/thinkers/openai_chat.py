@@ -9,7 +9,7 @@ import re
 from collections.abc import AsyncIterator
 from typing import Any
 
-from pipeline.thinker import ThinkRequest
+from duplex.pipeline.thinker import ThinkRequest
 
 
 class OpenAIChatThinker:

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from pipeline.thinker import ThinkRequest
-from pipeline.talkers.vllm import LocalEngine
+from duplex.pipeline.thinker import ThinkRequest
+from duplex.pipeline.talkers.vllm import LocalEngine
 
 
 class VllmChatThinker:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import soxr
 
-from pipeline.frames import PCM16, AudioBuffer
+from duplex.pipeline.frames import PCM16, AudioBuffer
 
 
 class PcmResampleStream:

@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import soxr
 
-from pipeline.frames import CODES, AudioBuffer
-from pipeline.talkers.codec import SNAC_FRAME_LEVELS
+from duplex.pipeline.frames import CODES, AudioBuffer
+from duplex.pipeline.talkers.codec import SNAC_FRAME_LEVELS
 
 
 def load_snac(path: str | Path, device: str = "cpu"):

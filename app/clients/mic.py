@@ -8,7 +8,7 @@ from the stream's own clock (the DAC time of each block), not from what was
 queued, and goes back as ``playback.ack``.
 
 Speakers without headphones: the microphone hears the reply. An echo gate
-(:mod:`app.echo`) keeps the assistant from interrupting itself: while the
+(:mod:`duplex.app.clients.echo`) keeps the assistant from interrupting itself: while the
 speaker plays, a microphone frame only goes out if it is clearly louder than the
 echo the gate has learned to expect; otherwise it is replaced by faint noise. So
 with speakers you interrupt by speaking up; with headphones, as you like.
@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import soxr
 
-from app.echo import EchoGate, Envelope
+from duplex.app.clients.echo import EchoGate, Envelope
+from duplex.app.clients.realtime import RealtimeClient
 
 SESSION_RATE = 24000
 ACK_S = 0.2
@@ -39,7 +40,7 @@ class DemoError(RuntimeError):
 
 
 @dataclass
-class Speaker:
+class Playback:
     """The playback side, shared between the event loop and the audio callback.
 
     ``index`` counts the stream's samples (input and output advance together in
@@ -140,10 +141,9 @@ class MicDemo:
         self.current: str | None = None
         self._mic: asyncio.Queue[np.ndarray] | None = None
         self._stream = None
-        self.speaker: Speaker | None = None
+        self.speaker: Playback | None = None
         self._turn_end: float | None = None
         self._pause_at: float | None = None
-        self._n = 0
 
     # -- devices -------------------------------------------------------------
     def open_audio(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -157,7 +157,7 @@ class MicDemo:
         except (ValueError, sd.PortAudioError) as exc:
             raise DemoError(f"no such audio device: {exc} (see `duplex mic --list-devices`)") from None
         rate = int(self.rate or info["default_samplerate"])
-        self.speaker = Speaker(rate)
+        self.speaker = Playback(rate)
         self.gate = EchoGate(rate) if self.echo_gate else None
         self._mic = asyncio.Queue()
         mic = self._mic
@@ -200,10 +200,14 @@ class MicDemo:
         try:
             while True:
                 try:
-                    async with websockets.connect(self.url, max_size=None, open_timeout=5) as ws:
+                    client = await RealtimeClient.open(self.url, open_timeout=5, keep=False, id_prefix="mic",
+                                                       expect_created=False)
+                    try:
                         backoff = 1.0
                         self.say(f"connected to {self.url}")
-                        await self.session(ws)
+                        await self.session(client)
+                    finally:
+                        await client.close()
                 except (OSError, asyncio.TimeoutError, websockets.InvalidHandshake, websockets.ConnectionClosed) as exc:
                     if once:
                         raise DemoError(f"lost the server at {self.url}: {exc}") from None
@@ -213,22 +217,18 @@ class MicDemo:
         finally:
             self.close_audio()
 
-    async def session(self, ws) -> None:
-        await self.send(ws, "session.update", session={"audio": {"input": {"format": {"type": "audio/pcm",
-                                                                                       "rate": SESSION_RATE}}}})
+    async def session(self, client: RealtimeClient) -> None:
+        await client.send("session.update", session={"audio": {"input": {"format": {"type": "audio/pcm",
+                                                                                    "rate": SESSION_RATE}}}})
         async with asyncio.TaskGroup() as tg:
-            tg.create_task(self._capture(ws))
-            tg.create_task(self._acks(ws))
+            tg.create_task(self._capture(client))
+            tg.create_task(self._acks(client))
             tg.create_task(self._status())
-            async for message in ws:
+            async for message in client.ws:
                 if isinstance(message, str):
                     self.on_event(json.loads(message))
 
-    async def send(self, ws, etype: str, **fields) -> None:
-        self._n += 1
-        await ws.send(json.dumps({"type": etype, "event_id": f"mic{self._n}", **fields}))
-
-    async def _capture(self, ws) -> None:
+    async def _capture(self, client: RealtimeClient) -> None:
         assert self._mic is not None and self.speaker is not None
         pending = np.zeros(0, np.float32)
         frame = SESSION_RATE // 50
@@ -255,17 +255,17 @@ class MicDemo:
                                  f"{20 * np.log10(self.gate.coupling):.1f} dB")
                 pcm = np.clip(np.rint(f * 32767), -32768, 32767).astype("<i2")
                 self.input_samples += pcm.size
-                await self.send(ws, "input_audio_buffer.append", audio=base64.b64encode(pcm.tobytes()).decode())
+                await client.append(pcm)
 
-    async def _acks(self, ws) -> None:
+    async def _acks(self, client: RealtimeClient) -> None:
         assert self.speaker is not None
         while True:
             await asyncio.sleep(ACK_S)  # a report period, like any client's
             rid = self.current
             if rid is not None:
                 played = self.speaker.played(rid, self.stream_time()) * SESSION_RATE // self._rate
-                await self.send(ws, "playback.ack", response_id=rid, played_samples=played,
-                                input_samples=self.input_samples)
+                await client.send("playback.ack", response_id=rid, played_samples=played,
+                                  input_samples=self.input_samples)
 
     def on_event(self, e: dict) -> None:
         """React to a server event: play, pause, flush, and keep the status current."""

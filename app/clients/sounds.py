@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import soxr
 
-from pipeline.talker import SpeechRequest
-from pipeline.talkers.espeak import EspeakTalker
+from duplex.pipeline.talker import SpeechRequest
+from duplex.pipeline.talkers.espeak import EspeakTalker
 
 
 async def speech(talker: EspeakTalker, text: str, rate: int = 24000, voice: str = "en-us+klatt2",

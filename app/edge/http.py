@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import mimetypes
 from http import HTTPStatus
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
 from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 
-REALTIME_PATH = "/v1/realtime"
 
 
 def _response(status: HTTPStatus, body: bytes, content_type: str, extra: dict[str, str] | None = None) -> Response:
@@ -39,19 +39,38 @@ def is_upgrade(request: Request) -> bool:
     return "websocket" in request.headers.get("Upgrade", "").lower()
 
 
-def static_file(web_dir: Path, path: str) -> Response:
-    """A file from ``web_dir`` ('/' is index.html); never a path outside it."""
+def web_root() -> Path:
+    """The browser client's folder, wherever the package is installed (package data).
+
+    ``duplex.web`` holds no Python, so it is a namespace package; an editable install
+    adds a non-folder entry to its path, which ``importlib.resources`` refuses. The
+    first real folder on the path is the one.
+    """
+    spec = find_spec("duplex.web")
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        if Path(location).is_dir():
+            return Path(location)
+    raise FileNotFoundError("the duplex.web package data is not installed")
+
+
+def static_file(root: Path, path: str) -> Response:
+    """A file under ``root`` ('/' is index.html); never one outside it.
+
+    The path is walked name by name: no name may be empty, start with a dot or hold
+    a separator or NUL, so no request can leave the folder or reach a hidden file.
+    """
     rel = path.lstrip("/") or "index.html"
-    root = web_dir.resolve()
-    target = (root / rel).resolve()
-    if root not in target.parents and target != root:
-        return text_response(HTTPStatus.NOT_FOUND, "not found")
+    target = root
+    for name in rel.split("/"):
+        if not name or name.startswith(".") or "\\" in name or "\x00" in name:
+            return text_response(HTTPStatus.NOT_FOUND, "not found")
+        target = target.joinpath(name)
     if target.is_dir():
-        target = target / "index.html"
+        target = target.joinpath("index.html")
     if not target.is_file():
         return text_response(HTTPStatus.NOT_FOUND, "not found")
     ctype = mimetypes.guess_type(target.name)[0] or "application/octet-stream"
-    if target.suffix == ".js":
+    if target.name.endswith(".js"):
         ctype = "text/javascript"  # module scripts and AudioWorklets need a JS type
     if ctype.startswith("text/"):
         ctype += "; charset=utf-8"

@@ -11,6 +11,8 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 5.0
 
 @dataclass
 class Histogram:
+    """Cumulative buckets of observed seconds, as Prometheus renders them."""
+
     buckets: tuple[float, ...] = LATENCY_BUCKETS
     counts: list[int] = field(default_factory=list)
     total: float = 0.0
@@ -27,7 +29,8 @@ class Histogram:
         self.n += 1
 
     def lines(self, name: str) -> list[str]:
-        out, running = [], 0
+        out: list[str] = []
+        running = 0
         for bound, count in zip(self.buckets, self.counts):
             running += count
             out.append(f'{name}_bucket{{le="{bound}"}} {running}')
@@ -60,6 +63,13 @@ class Metrics:
 
     def observe(self, name: str, seconds: float) -> None:
         self.histograms[name].observe(seconds)
+
+    def value(self, name: str, **label: str) -> float:
+        """A counter's or gauge's current value (0 if never set)."""
+        if label:
+            (k, v), = label.items()
+            return self.labelled.get((name, k, v), 0.0)
+        return self.counters.get(name, self.gauges.get(name, 0.0))
 
     def render(self) -> str:
         lines: list[str] = []

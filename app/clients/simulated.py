@@ -21,9 +21,8 @@ from typing import Any
 
 import numpy as np
 import websockets
-from websockets.asyncio.client import ClientConnection
 
-AUDIO_DELTAS = ("response.output_audio.delta", "response.audio.delta")
+from duplex.app.clients.realtime import AUDIO_DELTAS, RealtimeClient, pcm_b64
 
 
 @dataclass(slots=True)
@@ -65,7 +64,7 @@ class SimulatedClient:
 
     def __init__(
         self,
-        ws: ClientConnection,
+        client: RealtimeClient,
         *,
         input_rate: int = 24000,
         output_rate: int = 24000,
@@ -75,7 +74,8 @@ class SimulatedClient:
         record: bool = False,
         realtime: bool = False,
     ) -> None:
-        self.ws = ws
+        self.client = client
+        self.ws = client.ws
         self.input_rate = input_rate
         self.output_rate = output_rate
         self.frame = input_rate * frame_ms // 1000
@@ -99,12 +99,17 @@ class SimulatedClient:
         self._current: str | None = None  # response whose audio is at the head of the buffer
         self._last_ack = 0
         self._played_out = 0.0  # fractional output samples owed to the speaker
-        self._n = 0
+
+    @classmethod
+    async def open(cls, url: str | int, **kwargs: Any) -> SimulatedClient:
+        """Connect to ``url`` (or a port on this machine), read ``session.created``."""
+        if isinstance(url, int):
+            url = f"ws://127.0.0.1:{url}/v1/realtime"
+        return cls(await RealtimeClient.open(url, keep=False, id_prefix="sim"), **kwargs)
 
     # -- sending -------------------------------------------------------------
     async def send(self, etype: str, **fields: Any) -> None:
-        self._n += 1
-        await self.ws.send(json.dumps({"type": etype, "event_id": f"sim{self._n}", **fields}))
+        await self.client.send(etype, **fields)
 
     async def start(self) -> None:
         """In real-time mode, read events in the background as they come."""
@@ -159,8 +164,7 @@ class SimulatedClient:
             # The speaker plays this frame's time from what had arrived by its start;
             # what the frame's audio makes the server send arrives at its end.
             self._play(frame.size)
-            await self.send("input_audio_buffer.append",
-                            audio=base64.b64encode(frame.astype("<i2").tobytes()).decode())
+            await self.send("input_audio_buffer.append", audio=pcm_b64(frame))
             self.input_samples += frame.size
             self.sent_wall[self.input_samples] = time.monotonic()
             new += await self.sync()
@@ -178,7 +182,7 @@ class SimulatedClient:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
         self.ws.transport.pause_reading()
         frame = np.zeros(self.frame, np.int16)
-        payload = base64.b64encode(frame.astype("<i2").tobytes()).decode()
+        payload = pcm_b64(frame)
         try:
             for _ in range(int(seconds * self.input_rate) // self.frame):
                 await self.send("input_audio_buffer.append", audio=payload)

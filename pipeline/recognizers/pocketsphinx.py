@@ -1,4 +1,4 @@
-"""Hearing the user: offline speech recognition with a model shipped in a package.
+"""pocketsphinx: offline speech recognition with a model shipped in its package.
 
 pocketsphinx 5 ships a US English acoustic model, language model and dictionary
 (no download). A decoder costs ~90 MB and ~0.4 s to build and decodes at ~0.15x
@@ -19,8 +19,7 @@ import subprocess
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
-from typing import Protocol
+from typing import IO, Any
 
 import numpy as np
 import soxr
@@ -32,15 +31,7 @@ energy): measured on eSpeak speech here, word error fell from 69% to 17% with
 this much dither. Seeded, so the same audio always gives the same words."""
 
 
-class Recognizer(Protocol):
-    """Speech to text for one finished utterance."""
-
-    name: str
-
-    async def transcribe(self, pcm: np.ndarray, rate: int) -> str: ...
-
-
-def new_decoder():
+def new_decoder() -> Any:
     """One pocketsphinx decoder on the shipped en-US model."""
     from pocketsphinx import Decoder
 
@@ -51,7 +42,7 @@ def new_decoder():
     return Decoder(samprate=ASR_RATE, loglevel="FATAL", cmn="batch")
 
 
-def decode(decoder, pcm: np.ndarray, rate: int) -> str:
+def decode_utterance(decoder: Any, pcm: np.ndarray, rate: int) -> str:
     """Decode one utterance (PCM16 at ``rate``) with ``decoder``; blocks, holding the GIL."""
     if pcm.size == 0:
         return ""
@@ -67,13 +58,12 @@ def decode(decoder, pcm: np.ndarray, rate: int) -> str:
 
 
 class _Worker:
-    """One ``python -m pipeline.asr`` child holding a decoder; length-prefixed frames on its pipes."""
+    """One ``python -m duplex.pipeline.recognizers.pocketsphinx`` child holding a decoder;
+    length-prefixed frames on its pipes."""
 
     def __init__(self, nice: int) -> None:
-        root = str(Path(__file__).resolve().parent.parent)  # importable without an install too
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
-        self.proc = subprocess.Popen([sys.executable, "-m", "pipeline.asr", "--worker", str(nice)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+        self.proc = subprocess.Popen([sys.executable, "-m", __name__, "--worker", str(nice)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         self.call(b"", ASR_RATE)  # answers once its decoder is built
 
     def call(self, pcm: bytes, rate: int) -> str:
@@ -91,7 +81,7 @@ class _Worker:
 _HEADER = struct.Struct("<II")  # sample rate, byte count
 
 
-def _read_exactly(stream, n: int) -> bytes:
+def _read_exactly(stream: IO[bytes], n: int) -> bytes:
     data = stream.read(n)
     if len(data) != n:
         raise RuntimeError("recognition worker exited")
@@ -161,9 +151,15 @@ class PocketsphinxRecognizer:
         self.audio_seconds += pcm.size / rate
         return text
 
+    async def start(self) -> None:
+        await asyncio.to_thread(self.prewarm)
+
     async def transcribe(self, pcm: np.ndarray, rate: int) -> str:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._threads, self.transcribe_blocking, pcm, rate)
+
+    async def aclose(self) -> None:
+        self.close()
 
     def close(self) -> None:
         """Stop the workers."""
@@ -190,7 +186,7 @@ def _serve(nice: int) -> None:
     while header := stdin.read(_HEADER.size):
         rate, size = _HEADER.unpack(header)
         pcm = np.frombuffer(stdin.read(size), dtype="<i2")
-        text = decode(decoder, pcm, rate).encode()
+        text = decode_utterance(decoder, pcm, rate).encode()
         stdout.write(len(text).to_bytes(4, "little") + text)
         stdout.flush()
 

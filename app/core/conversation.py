@@ -7,21 +7,39 @@ import binascii
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.protocol import ProtocolError, check_type
-from pipeline.talker import WordMark
+from duplex.app.core.events import ItemView, PartView
+from duplex.app.core.protocol import ProtocolError, check_type
+from duplex.pipeline.talker import WordMark
 
 ROLES = ("user", "assistant", "system")
 _USER_PARTS = {"input_text", "input_audio"}
 _ASSISTANT_PARTS = {"output_text", "text", "output_audio", "audio"}
+AUDIO_PARTS = frozenset({"input_audio", "output_audio", "audio"})
+"""Part types whose text is a transcript of audio."""
+
+
+@dataclass(slots=True)
+class Part:
+    """One content part: typed text, or audio and its transcript (None: not yet known)."""
+
+    type: str
+    text: str | None = None
+
+    @property
+    def audio(self) -> bool:
+        return self.type in AUDIO_PARTS
+
+    def view(self) -> PartView:
+        return PartView(self.type, self.text)
 
 
 @dataclass(slots=True)
 class Item:
-    """One conversation item, in its wire shape plus what truncation needs."""
+    """One conversation item, and for assistant audio what truncation needs."""
 
     id: str
     role: str
-    content: list[dict[str, Any]]
+    content: list[Part]
     status: str = "completed"
     type: str = "message"
     # For assistant audio: what was sent, and where each word starts in it.
@@ -31,24 +49,13 @@ class Item:
     full_text: str = ""
     truncated_ms: int | None = None
 
-    def to_wire(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "object": "realtime.item",
-            "type": self.type,
-            "status": self.status,
-            "role": self.role,
-            "content": [dict(p) for p in self.content],
-        }
+    def view(self) -> ItemView:
+        """The item as it stands now, for an event."""
+        return ItemView(self.id, self.type, self.status, self.role, tuple(p.view() for p in self.content))
 
     def text(self) -> str:
         """What the item says, as text (typed text, or the transcript of audio)."""
-        parts = []
-        for p in self.content:
-            value = p.get("text") if p.get("text") is not None else p.get("transcript")
-            if isinstance(value, str) and value:
-                parts.append(value)
-        return " ".join(parts)
+        return " ".join(p.text for p in self.content if p.text)
 
     @property
     def audio_ms(self) -> int:
@@ -65,8 +72,8 @@ class Item:
         self.words = heard
         self.truncated_ms = audio_end_ms
         for p in self.content:
-            if "transcript" in p:
-                p["transcript"] = kept
+            if p.audio:
+                p.text = kept
         return kept
 
 
@@ -97,7 +104,7 @@ def parse_item(data: dict[str, Any], new_id: str) -> Item:
     if not content:
         raise ProtocolError("invalid_value", f"{p}.content must not be empty", param=f"{p}.content")
     allowed = _ASSISTANT_PARTS if role == "assistant" else _USER_PARTS
-    parts: list[dict[str, Any]] = []
+    parts: list[Part] = []
     for i, part in enumerate(content):
         pp = f"{p}.content[{i}]"
         check_type(part, (dict,), pp)
@@ -106,7 +113,7 @@ def parse_item(data: dict[str, Any], new_id: str) -> Item:
             raise ProtocolError("invalid_value", f"{pp}.type must be one of {sorted(allowed)} for role {role}", param=f"{pp}.type")
         if ptype in ("input_text", "output_text", "text"):
             check_type(part.get("text"), (str,), f"{pp}.text")
-            parts.append({"type": ptype, "text": part["text"]})
+            parts.append(Part(ptype, part["text"]))
         else:
             transcript = part.get("transcript")
             if transcript is not None:
@@ -114,7 +121,7 @@ def parse_item(data: dict[str, Any], new_id: str) -> Item:
             if "audio" in part:
                 check_type(part["audio"], (str,), f"{pp}.audio")
                 decode_audio(part["audio"], f"{pp}.audio")
-            parts.append({"type": ptype, "transcript": transcript})
+            parts.append(Part(ptype, transcript))
     return Item(item_id, role, parts)
 
 
@@ -123,32 +130,40 @@ class Conversation:
 
     def __init__(self) -> None:
         self.items: list[Item] = []
+        self._by_id: dict[str, Item] = {}
+
+    def __contains__(self, item_id: str) -> bool:
+        return item_id in self._by_id
 
     def get(self, item_id: str) -> Item:
-        for item in self.items:
-            if item.id == item_id:
-                return item
-        raise ProtocolError("item_not_found", f"no item with id {item_id!r}", param="item_id")
+        try:
+            return self._by_id[item_id]
+        except KeyError:
+            raise ProtocolError("item_not_found", f"no item with id {item_id!r}", param="item_id") from None
 
     def add(self, item: Item, previous_item_id: str | None = None) -> str | None:
         """Insert after ``previous_item_id`` ('root' = first; None = last); return the
         id of the item now before it."""
-        if any(i.id == item.id for i in self.items):
+        if item.id in self._by_id:
             raise ProtocolError("duplicate_item_id", f"an item with id {item.id!r} already exists", param="item.id")
         if previous_item_id is None:
             index = len(self.items)
         elif previous_item_id == "root":
             index = 0
+        elif previous_item_id in self._by_id:
+            index = self.items.index(self._by_id[previous_item_id]) + 1
         else:
-            try:
-                index = self.items.index(self.get(previous_item_id)) + 1
-            except ProtocolError:
-                raise ProtocolError(
-                    "item_not_found", f"previous_item_id {previous_item_id!r} is not in the conversation",
-                    param="previous_item_id",
-                ) from None
+            raise ProtocolError("item_not_found", f"previous_item_id {previous_item_id!r} is not in the conversation",
+                                param="previous_item_id")
         self.items.insert(index, item)
+        self._by_id[item.id] = item
+        return self.items[index - 1].id if index > 0 else None
+
+    def previous(self, item: Item) -> str | None:
+        """The id of the item before ``item``."""
+        index = self.items.index(item)
         return self.items[index - 1].id if index > 0 else None
 
     def delete(self, item_id: str) -> None:
         self.items.remove(self.get(item_id))
+        del self._by_id[item_id]

@@ -21,15 +21,16 @@ import numpy as np
 import soxr
 import websockets
 
-from app.scenario import Expectation, Scenario, Step
-from app.simclient import SimulatedClient
-from app.sounds import cough, noise, read_wav, silence, speech, voiced_bounds, write_wav
+from duplex.app.core.protocol import DEFAULT_URL
+from duplex.app.clients.scenario import Expectation, Scenario, Step
+from duplex.app.clients.realtime import RealtimeClient
+from duplex.app.clients.simulated import SimulatedClient
+from duplex.app.clients.sounds import cough, noise, read_wav, silence, speech, voiced_bounds, write_wav
 
-DEFAULT_URL = "ws://127.0.0.1:8765/v1/realtime"
 
 
 @dataclass(slots=True)
-class Segment:
+class Utterance:
     """A sound the user made, with its true audible bounds on the input clock."""
 
     kind: str
@@ -91,7 +92,7 @@ class Runner:
         self.realtime = realtime
         self.wav_dir = Path(wav_dir) if wav_dir else None
         if talker is None:
-            from pipeline.talkers.espeak import EspeakTalker
+            from duplex.pipeline.talkers.espeak import EspeakTalker
 
             talker = EspeakTalker()
         self.talker = talker
@@ -106,16 +107,18 @@ class Runner:
         c = scenario.client
         t0 = time.monotonic()
         try:
-            ws = await websockets.connect(self.url, max_size=None, open_timeout=10)
+            client = await RealtimeClient.open(self.url, keep=False, id_prefix="sim", expect_created=False,
+                                               open_timeout=10)
         except (OSError, websockets.InvalidHandshake) as exc:
             result.fail(f"cannot connect to {self.url}: {exc}")
             return result
-        sim = SimulatedClient(ws, input_rate=c.input_rate, output_rate=c.output_rate, frame_ms=c.frame_ms,
+        sim = SimulatedClient(client, input_rate=c.input_rate, output_rate=c.output_rate, frame_ms=c.frame_ms,
                               ack_every_ms=c.ack_every_ms or None, keep_audio=True, record=True, realtime=self.realtime)
-        segments: list[Segment] = []
+        segments: list[Utterance] = []
         markers: dict[str, int] = {}
+        ws = client.ws
         try:
-            created = json.loads(await ws.recv())
+            created = await client.recv()
             if created.get("type") != "session.created":
                 result.fail(f"first event was {created.get('type')!r}, not session.created")
             await sim.start()
@@ -146,7 +149,7 @@ class Runner:
         return result
 
     # -- steps -----------------------------------------------------------------
-    async def _step(self, sim: SimulatedClient, step: Step, segments: list[Segment], markers: dict[str, int],
+    async def _step(self, sim: SimulatedClient, step: Step, segments: list[Utterance], markers: dict[str, int],
                     result: Result, where: str, since: int) -> bool:
         rate = sim.input_rate
         a, v, o = step.action, step.value, step.options
@@ -163,7 +166,7 @@ class Runner:
                 pcm = noise(float(v), rate, level=float(o.get("level", 3000)), seed=int(o.get("seed", 0)))
             on, off = voiced_bounds(pcm, rate, level=300)
             playing = any(not h.done or h.received > h.played + h.dropped for h in sim.heard.values())
-            segments.append(Segment(a, v if a == "say" else None, sim.input_samples + on,
+            segments.append(Utterance(a, v if a == "say" else None, sim.input_samples + on,
                                     sim.input_samples + off, playing))
             await sim.stream(pcm)
         elif a == "silence":
@@ -195,7 +198,7 @@ class Runner:
         created = sim.of_type("response.created")
         return created[-1].event["response"]["id"] if created else None
 
-    async def _wait(self, sim: SimulatedClient, trigger: str, o: dict[str, Any], segments: list[Segment],
+    async def _wait(self, sim: SimulatedClient, trigger: str, o: dict[str, Any], segments: list[Utterance],
                     start: int) -> bool:
         spoken = [s for s in segments if s.kind in ("say", "wav")]
         last_words = spoken[-1].offset if spoken else 0
@@ -228,7 +231,7 @@ class Runner:
         return True
 
     # -- judging -----------------------------------------------------------------
-    def _metrics(self, sim: SimulatedClient, segments: list[Segment], markers: dict[str, int]) -> dict[str, list[float]]:
+    def _metrics(self, sim: SimulatedClient, segments: list[Utterance], markers: dict[str, int]) -> dict[str, list[float]]:
         ms = 1000 / sim.input_rate
         created = [(r.at, r.event["response"]["id"]) for r in sim.of_type("response.created")]
         m: dict[str, list[float]] = {"response": [], "interruption": [], "stop": [], "cancel": [], "first_audio": [],
@@ -263,7 +266,7 @@ class Runner:
                 m["first_audio"].append((h.first_audio_at - at) * ms)
         return m
 
-    def _judge(self, scenario: Scenario, sim: SimulatedClient, segments: list[Segment], markers: dict[str, int],
+    def _judge(self, scenario: Scenario, sim: SimulatedClient, segments: list[Utterance], markers: dict[str, int],
                result: Result) -> None:
         result.metrics = self._metrics(sim, segments, markers)
         result.stale_bytes = sum(h.stale_bytes for h in sim.heard.values())
@@ -281,7 +284,7 @@ class Runner:
         for i, e in enumerate(scenario.expects):
             self._expect(e, sim, segments, result, f"expect {i + 1} ({e.kind})")
 
-    def _expect(self, e: Expectation, sim: SimulatedClient, segments: list[Segment], result: Result, where: str) -> None:
+    def _expect(self, e: Expectation, sim: SimulatedClient, segments: list[Utterance], result: Result, where: str) -> None:
         o = e.options
         if e.kind in ("event", "no_event"):
             n = sum(1 for r in sim.events if r.event["type"] == e.value and _matches(r.event, o.get("where")))
@@ -320,7 +323,7 @@ class Runner:
             if n != e.value:
                 result.fail(f"{where}: {n} replies{' ' + o['status'] if 'status' in o else ''}, wanted {e.value}")
 
-    def _check_truncations(self, sim: SimulatedClient, segments: list[Segment], result: Result, where: str,
+    def _check_truncations(self, sim: SimulatedClient, segments: list[Utterance], result: Result, where: str,
                            tolerance: float, wanted: bool) -> None:
         truncs = sim.of_type("conversation.item.truncated")
         if not wanted:

@@ -1,4 +1,8 @@
-"""A small raw Realtime client for tests: real WebSocket, explicit event handling."""
+"""A raw Realtime client: a real WebSocket, explicit events, nothing hidden.
+
+The one protocol client the project's tools share: tests, benchmarks, the load
+test, the simulated client and the mic demo all send and read events through it.
+"""
 
 from __future__ import annotations
 
@@ -11,42 +15,58 @@ import numpy as np
 import websockets
 from websockets.asyncio.client import ClientConnection
 
-from app.simclient import SimulatedClient
+AUDIO_DELTAS = ("response.output_audio.delta", "response.audio.delta")
 
 
 @dataclass
 class RealtimeClient:
+    """One connection; ``events`` keeps what was read, when ``keep`` is set."""
+
     ws: ClientConnection
     events: list[dict[str, Any]] = field(default_factory=list)
+    keep: bool = True
+    id_prefix: str = "c"
     _n: int = 0
 
     @classmethod
-    async def connect(cls, port: int, *, beta: bool = False, **kwargs: Any) -> RealtimeClient:
+    async def open(cls, url: str, *, beta: bool = False, keep: bool = True, id_prefix: str = "c",
+                   expect_created: bool = True, **kwargs: Any) -> RealtimeClient:
+        """Connect to ``url`` and (unless told otherwise) read ``session.created``."""
         headers = {"OpenAI-Beta": "realtime=v1"} if beta else {}
-        ws = await websockets.connect(f"ws://127.0.0.1:{port}/v1/realtime", additional_headers=headers,
-                                      max_size=None, **kwargs)
-        client = cls(ws)
-        created = await client.recv()
-        assert created["type"] == "session.created"
+        kwargs.setdefault("max_size", None)
+        kwargs.setdefault("compression", None)
+        ws = await websockets.connect(url, additional_headers=headers, **kwargs)
+        client = cls(ws, keep=keep, id_prefix=id_prefix)
+        if expect_created:
+            created = await client.recv()
+            if created["type"] != "session.created":
+                raise RuntimeError(f"the first event was {created['type']!r}, not session.created")
         return client
 
+    @classmethod
+    async def connect(cls, port: int, **kwargs: Any) -> RealtimeClient:
+        """Connect to a server on this machine's ``port``."""
+        return await cls.open(f"ws://127.0.0.1:{port}/v1/realtime", **kwargs)
+
     async def send(self, etype: str, **fields: Any) -> str:
+        """Send one event; returns its ``event_id`` (given, or made up)."""
         self._n += 1
-        event_id = fields.pop("event_id", f"c{self._n}")
+        event_id = fields.pop("event_id", f"{self.id_prefix}{self._n}")
         await self.ws.send(json.dumps({"type": etype, "event_id": event_id, **fields}))
-        return event_id
+        return str(event_id)
 
     async def send_raw(self, message: str | bytes) -> None:
         await self.ws.send(message)
 
     async def recv(self) -> dict[str, Any]:
-        event = json.loads(await self.ws.recv())
-        self.events.append(event)
+        event: dict[str, Any] = json.loads(await self.ws.recv())
+        if self.keep:
+            self.events.append(event)
         return event
 
     async def until(self, etype: str, **match: Any) -> dict[str, Any]:
         """Read events until one of ``etype`` (whose fields match) arrives; an ``error``
-        or a failed reply on the way fails the test at once instead of waiting forever."""
+        or a failed reply on the way fails at once instead of waiting forever."""
         while True:
             event = await self.recv()
             if event["type"] == etype and all(event.get(k) == v for k, v in match.items()):
@@ -60,11 +80,16 @@ class RealtimeClient:
         """Add a user text message; return its item id."""
         await self.send("conversation.item.create",
                         item={"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]})
-        return (await self.until("conversation.item.added"))["item"]["id"]
+        return str((await self.until("conversation.item.added"))["item"]["id"])
 
     async def update(self, **session: Any) -> dict[str, Any]:
+        """``session.update``; returns the ``session.updated`` event."""
         await self.send("session.update", session=session)
         return await self.until("session.updated")
+
+    async def append(self, pcm: np.ndarray) -> None:
+        """Send microphone audio (PCM16)."""
+        await self.send("input_audio_buffer.append", audio=pcm_b64(pcm))
 
     async def close(self) -> None:
         await self.ws.close()
@@ -75,37 +100,11 @@ def audio_of(events: list[dict[str, Any]], response_id: str | None = None) -> np
     parts = [
         np.frombuffer(base64.b64decode(e["delta"]), "<i2")
         for e in events
-        if e["type"] in ("response.output_audio.delta", "response.audio.delta")
-        and (response_id is None or e["response_id"] == response_id)
+        if e["type"] in AUDIO_DELTAS and (response_id is None or e["response_id"] == response_id)
     ]
     return np.concatenate(parts) if parts else np.zeros(0, np.int16)
 
 
 def pcm_b64(samples: np.ndarray) -> str:
+    """PCM16 samples as the base64 an ``append`` carries."""
     return base64.b64encode(samples.astype("<i2").tobytes()).decode()
-
-
-async def ask_for_a_long_answer(port: int) -> tuple[RealtimeClient, dict[str, Any]]:
-    """Ask a thinker-backed server a question (pacing off) and wait for the whole reply:
-    the open client (its events kept) and the ``response.done`` response."""
-    c = await RealtimeClient.connect(port)
-    await c.update(pacing={"enabled": False}, instructions="Answer in gibberish.")
-    await c.say("what is the weather like")
-    await c.send("response.create")
-    return c, (await c.until("response.done"))["response"]
-
-
-
-async def asked_while_listening(port: int, text: str) -> SimulatedClient:
-    """A microphone client (no automatic reply to its turns) that typed ``text`` and
-    asked for the answer: for barge-in tests that then talk over the reply."""
-    ws = await websockets.connect(f"ws://127.0.0.1:{port}/v1/realtime", max_size=None)
-    assert json.loads(await ws.recv())["type"] == "session.created"
-    sim = SimulatedClient(ws)
-    await sim.send("session.update", session={"turn_detection": {"type": "server_vad", "create_response": False}})
-    await sim.silence(0.5)
-    await sim.send("conversation.item.create", item={"type": "message", "role": "user",
-                                                     "content": [{"type": "input_text", "text": text}]})
-    await sim.send("response.create")
-    await sim.sync()
-    return sim

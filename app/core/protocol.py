@@ -1,8 +1,8 @@
-"""Sans-I/O codec for the OpenAI Realtime event protocol.
+"""The client side of the OpenAI Realtime protocol, sans I/O.
 
-Text frames in, validated :class:`ClientEvent` out (or a :class:`ProtocolError`
-naming the problem); server events are plain dicts encoded here, renamed for the
-beta dialect when the client asked for it. No sockets, no awaits.
+Text frames in, validated :class:`ClientEvent` out, or a :class:`ProtocolError`
+naming the problem (it becomes an ``error`` event, never a closed socket). Server
+events are rendered in :mod:`duplex.app.core.wire`. No sockets, no awaits.
 """
 
 from __future__ import annotations
@@ -11,22 +11,11 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-GA = "ga"
-BETA = "beta"
-
-# The beta protocol's names for events whose GA name changed.
-_BETA_NAMES = {
-    "response.output_audio.delta": "response.audio.delta",
-    "response.output_audio.done": "response.audio.done",
-    "response.output_audio_transcript.delta": "response.audio_transcript.delta",
-    "response.output_audio_transcript.done": "response.audio_transcript.done",
-    "response.output_text.delta": "response.text.delta",
-    "response.output_text.done": "response.text.done",
-    "conversation.item.added": "conversation.item.created",
-}
-# GA events the beta protocol does not have; beta clients do not get them.
-_GA_ONLY = {"conversation.item.done"}
-_BETA_PART_TYPES = {"output_audio": "audio", "output_text": "text"}
+REALTIME_PATH = "/v1/realtime"
+"""Where the protocol is served."""
+DEFAULT_PORT = 8765
+DEFAULT_URL = f"ws://127.0.0.1:{DEFAULT_PORT}{REALTIME_PATH}"
+"""Where a client finds a server started with the defaults."""
 
 _NONE = type(None)
 # Client events we accept, with their top-level fields: name -> (types, required).
@@ -119,7 +108,7 @@ def check_type(value: Any, types: tuple[type, ...], param: str) -> None:
         )
 
 
-def decode(message: str | bytes, *, max_bytes: int) -> ClientEvent:
+def decode_event(message: str | bytes, *, max_bytes: int) -> ClientEvent:
     """Parse and validate one text frame from the client."""
     size = len(message.encode("utf-8") if isinstance(message, str) else message)
     if size > max_bytes:
@@ -151,49 +140,3 @@ def decode(message: str | bytes, *, max_bytes: int) -> ClientEvent:
     except ProtocolError as exc:
         raise exc.with_event_id(event_id) from None
     return ClientEvent(etype, data)
-
-
-def encode(event: dict[str, Any], dialect: str = GA) -> str | None:
-    """JSON text of a server event in ``dialect``; None if the dialect has no such event."""
-    if dialect == BETA:
-        if event["type"] in _GA_ONLY:
-            return None
-        event = _to_beta(event)
-    return json.dumps(event, separators=(",", ":"))
-
-
-def _to_beta(event: dict[str, Any]) -> dict[str, Any]:
-    event = dict(event)
-    event["type"] = _BETA_NAMES.get(event["type"], event["type"])
-    for key in ("part", "item", "response"):
-        if isinstance(event.get(key), dict):
-            event[key] = _beta_parts(event[key])
-    return event
-
-
-def _beta_parts(obj: dict[str, Any]) -> dict[str, Any]:
-    """Rename GA content-part types (``output_audio``) to beta ones (``audio``), recursively."""
-    out = dict(obj)
-    if isinstance(out.get("type"), str):
-        out["type"] = _BETA_PART_TYPES.get(out["type"], out["type"])
-    for key in ("content", "output"):
-        if isinstance(out.get(key), list):
-            out[key] = [_beta_parts(x) if isinstance(x, dict) else x for x in out[key]]
-    return out
-
-
-class EventIds:
-    """Server event ids, unique within a session."""
-
-    def __init__(self, prefix: str) -> None:
-        self._prefix = prefix
-        self._n = 0
-
-    def next(self) -> str:
-        self._n += 1
-        return f"evt_{self._prefix}{self._n:06d}"
-
-
-def error_event(event_id: str, err: ProtocolError) -> dict[str, Any]:
-    """The ``error`` server event for ``err``."""
-    return {"type": "error", "event_id": event_id, "error": err.to_error()}

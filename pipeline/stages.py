@@ -1,4 +1,4 @@
-"""Runs one reply as stages: thinker -> talker -> vocoder -> sink, in one TaskGroup.
+"""One reply's stages: thinker -> talker -> vocoder -> sink, in one TaskGroup.
 
 The thinker streams the reply's text, cut into segments (the first at the first
 clause boundary); the talker speaks each segment as it comes while the thinker
@@ -6,8 +6,8 @@ goes on; the vocoder turns the talker's buffers into PCM at the session's rate.
 The stages are joined by bounded streams, so a sink that stops taking audio (a
 paced or paused socket, a client that stops reading) fills the queues and holds
 the talker back instead of growing memory. Cancelling the task that runs
-:meth:`Reply.run` cancels every stage; the thinker's and talker's generators are
-closed, which aborts their backends, and :meth:`Reply.retire` purges what was
+:meth:`ReplyStages.run` cancels every stage; the thinker's and talker's generators are
+closed, which aborts their backends, and :meth:`ReplyStages.retire` purges what was
 still queued. A text-only reply runs the thinker alone.
 """
 
@@ -21,11 +21,12 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from pipeline.frames import AudioBuffer
-from pipeline.stream import BoundedEventStream, ChunkEvent, Sequencer
-from pipeline.talker import SpeechRequest, Talker, TalkerChunk, WordMark
-from pipeline.thinker import Segment, Segmenter, Thinker, ThinkRequest
-from pipeline.vocoder import Vocoder, VocoderStream
+from duplex.pipeline.frames import AudioBuffer
+from duplex.pipeline.stream import BoundedEventStream, ChunkEvent, Sequencer
+from duplex.pipeline.talker import SpeechRequest, Talker, TalkerChunk, WordMark
+from duplex.pipeline.segmenter import Segment, Segmenter
+from duplex.pipeline.thinker import Thinker, ThinkRequest
+from duplex.pipeline.vocoder import Vocoder, VocoderStream
 
 THINKER_STAGE = 0
 TALKER_STAGE = 1
@@ -63,7 +64,7 @@ class StreamBounds:
 
 
 @dataclass(frozen=True, slots=True)
-class EngineConfig:
+class StageQueues:
     """Queue bounds between stages. The sink queue is where a paced reply waits."""
 
     text_queue: StreamBounds = StreamBounds(64, 64 * 1024)
@@ -101,7 +102,7 @@ class ReplyStats:
 Sink = Callable[[ChunkEvent], Awaitable[None]]
 
 
-class Reply:
+class ReplyStages:
     """One reply's stages and queues, in one epoch."""
 
     def __init__(
@@ -112,7 +113,7 @@ class Reply:
         *,
         epoch: int,
         output_rate: int,
-        config: EngineConfig = EngineConfig(),
+        queues: StageQueues = StageQueues(),
         watermark: Callable[[], int] = lambda: 0,
         thinker: Thinker | None = None,
         think: ThinkRequest | None = None,
@@ -131,9 +132,9 @@ class Reply:
         def stream(bounds: StreamBounds, name: str) -> BoundedEventStream:
             return BoundedEventStream(max_chunks=bounds.max_chunks, max_bytes=bounds.max_bytes, name=f"{name}:{rid}")
 
-        self.text_queue = stream(config.text_queue, "text")
-        self.talk_queue = stream(config.talker_queue, "talker")
-        self.output_queue = stream(config.output_queue, "output")
+        self.text_queue = stream(queues.text_queue, "text")
+        self.talk_queue = stream(queues.talker_queue, "talker")
+        self.output_queue = stream(queues.output_queue, "output")
 
     @property
     def queues(self) -> tuple[BoundedEventStream, ...]:

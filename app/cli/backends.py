@@ -1,4 +1,4 @@
-"""Which talker and vocoder the server runs, checked before anything starts."""
+"""Which backends the server runs, built from the user's choice and checked before anything starts."""
 
 from __future__ import annotations
 
@@ -7,6 +7,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from duplex.app.edge.config import option
+from duplex.pipeline.backends import Backends
+from duplex.pipeline.recognizer import Recognizer
+from duplex.pipeline.talker import Talker
+from duplex.pipeline.thinker import Thinker
+from duplex.pipeline.vocoder import Vocoder
+
+TALKERS = ("espeak", "vllm")
+VOCODERS = ("pcm", "snac")
+THINKERS = ("echo", "openai", "vllm")
+RECOGNIZERS = ("pocketsphinx", "none")
+
 
 class BackendError(ValueError):
     """A configuration the user can fix; printed as one clear line."""
@@ -14,36 +26,67 @@ class BackendError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class BackendChoice:
-    talker: str = "espeak"  # espeak | vllm
-    model: str | None = None
-    remote_url: str | None = None
-    remote_model: str | None = None
-    codec_layout: str = "orpheus"
-    vocoder: str | None = None  # pcm | snac; default follows the talker
-    vocoder_weights: str | None = None
-    dtype: str = "float32"
+    """The backends to build. Fields with help are ``duplex serve`` flags."""
+
+    talker: str = option("espeak", "espeak: the built-in offline voice; vllm: a codec-token model served by vLLM",
+                         choices=TALKERS)
+    model: str | None = option(None, "--talker vllm: a local checkpoint directory (run in this process)")
+    remote_url: str | None = option(None, "--talker vllm: a vLLM OpenAI-compatible server instead of --model")
+    remote_model: str | None = option(None, "the model name that server serves")
+    codec_layout: str = option("orpheus", "prompt and token layout: 'orpheus' or a JSON file")
+    vocoder: str | None = option(None, "default: pcm for espeak, snac for vllm", choices=VOCODERS)
+    vocoder_weights: str | None = option(None, "--vocoder snac: a local SNAC checkpoint directory")
+    dtype: str = option("float32", "vLLM weights dtype (float32 is safe on any CPU)")
     max_model_len: int = 4096
-    thinker: str = "echo"  # echo | openai | vllm
-    thinker_url: str | None = None
-    thinker_model: str | None = None  # openai: the served model name; vllm: a local checkpoint directory
-    system_prompt: str = ""
-    temperature: float = 0.7
-    max_tokens: int = 256
-    thinker_sampling: str = ""  # JSON: more sampling parameters (top_k, stop, allowed_token_ids, ...)
+    thinker: str = option("echo", "what to say: echo what was heard, an OpenAI-compatible chat endpoint, "
+                          "or a vLLM chat model in process", choices=THINKERS)
+    thinker_url: str | None = option(None, "--thinker openai: the endpoint's base URL (e.g. http://host:8000)")
+    thinker_model: str | None = option(None, "--thinker openai: the model name; --thinker vllm: a local path")
+    system_prompt: str = option("", "the thinker's system prompt (session instructions win)")
+    temperature: float = option(0.7, "the thinker's sampling temperature")
+    max_tokens: int = option(256, "the thinker's reply length limit")
+    thinker_sampling: str = option("", "more sampling parameters for the thinker, as JSON")
+    asr: str = option("pocketsphinx", "speech recogniser: pocketsphinx (offline, shipped model) or none",
+                      choices=RECOGNIZERS)
+    asr_workers: int = option(2, "speech recognition worker processes (~100 MB each)")
 
 
-async def build(choice: BackendChoice) -> tuple[Any, Any, Any]:
-    """(talker, vocoder, thinker), validated and started; raises BackendError with the reason."""
+async def build(choice: BackendChoice) -> Backends:
+    """Every backend, validated and started; raises BackendError with the reason."""
+    recognizer = _recognizer(choice)  # checked first: it starts nothing yet
     talker, vocoder = await _voice(choice)
     try:
-        return talker, vocoder, await _thinker(choice, talker)
+        thinker = await _thinker(choice, talker)
     except BaseException:
         await talker.aclose()  # started already: stop it rather than leak it
         raise
+    from duplex.pipeline.detectors.silero_vad import SileroVad
+
+    backends = Backends(talker, vocoder, thinker, SileroVad(), recognizer)
+    if recognizer is not None:
+        try:
+            # Every decoder up front: the server's memory is what it will be under load.
+            await recognizer.start()
+        except BaseException:
+            await backends.aclose()
+            raise
+    return backends
 
 
-async def _thinker(choice: BackendChoice, talker: Any) -> Any:
-    from pipeline.thinker import EchoThinker
+def _recognizer(choice: BackendChoice) -> Recognizer | None:
+    if choice.asr == "none":
+        return None
+    if choice.asr != "pocketsphinx":
+        raise BackendError(f"unknown recogniser {choice.asr!r} ({', '.join(RECOGNIZERS)})")
+    if choice.asr_workers < 1:
+        raise BackendError("--asr-workers must be at least 1")
+    from duplex.pipeline.recognizers.pocketsphinx import PocketsphinxRecognizer
+
+    return PocketsphinxRecognizer(workers=choice.asr_workers)
+
+
+async def _thinker(choice: BackendChoice, talker: Talker) -> Thinker:
+    from duplex.pipeline.thinker import EchoThinker
 
     try:
         sampling = json.loads(choice.thinker_sampling) if choice.thinker_sampling else {}
@@ -56,7 +99,7 @@ async def _thinker(choice: BackendChoice, talker: Any) -> Any:
     settings = {"system_prompt": choice.system_prompt, "temperature": choice.temperature,
                 "max_tokens": choice.max_tokens}
     if choice.thinker == "openai":
-        from pipeline.thinkers.openai_chat import OpenAIChatThinker
+        from duplex.pipeline.thinkers.openai_chat import OpenAIChatThinker
 
         if not choice.thinker_url or not choice.thinker_model:
             raise BackendError("--thinker openai needs --thinker-url URL and --thinker-model NAME")
@@ -71,8 +114,8 @@ async def _thinker(choice: BackendChoice, talker: Any) -> Any:
     if not choice.thinker_model:
         raise BackendError("--thinker vllm needs --thinker-model PATH (a local chat model directory)")
     try:
-        from pipeline.talkers.vllm import LocalEngine, check_model_dir
-        from pipeline.thinkers.vllm_chat import VllmChatThinker
+        from duplex.pipeline.talkers.vllm import LocalEngine, check_model_dir
+        from duplex.pipeline.thinkers.vllm_chat import VllmChatThinker
     except ImportError as exc:
         raise BackendError(f"the vLLM backend is not installed ({exc.name}): pip install -e '.[vllm]'") from None
     path = Path(choice.thinker_model)
@@ -94,12 +137,12 @@ async def _thinker(choice: BackendChoice, talker: Any) -> Any:
     return VllmChatThinker(engine, sampling=sampling, **settings)
 
 
-async def _voice(choice: BackendChoice) -> tuple[Any, Any]:
+async def _voice(choice: BackendChoice) -> tuple[Talker, Vocoder]:
     if choice.talker == "espeak":
         if choice.vocoder not in (None, "pcm"):
             raise BackendError("the built-in voice makes PCM: use --vocoder pcm (the default)")
-        from pipeline.talkers.espeak import EspeakTalker
-        from pipeline.vocoders.pcm import PcmVocoder
+        from duplex.pipeline.talkers.espeak import EspeakTalker
+        from duplex.pipeline.vocoders.pcm import PcmVocoder
 
         return EspeakTalker(), PcmVocoder()
     if choice.talker != "vllm":
@@ -113,9 +156,9 @@ async def _voice(choice: BackendChoice) -> tuple[Any, Any]:
     if bool(choice.model) == bool(choice.remote_url):
         raise BackendError("--talker vllm needs either --model PATH (in process) or --remote-url URL")
     try:
-        from pipeline.talkers.codec import CodecLayout
-        from pipeline.talkers.vllm import CodecTalker, LocalEngine, RemoteEngine, check_model_dir
-        from pipeline.vocoders.snac import SnacVocoder
+        from duplex.pipeline.talkers.codec import CodecLayout
+        from duplex.pipeline.talkers.vllm import CodecTalker, LocalEngine, RemoteEngine, check_model_dir
+        from duplex.pipeline.vocoders.snac import SnacVocoder
     except ImportError as exc:
         raise BackendError(f"the vLLM backend is not installed ({exc.name}): pip install -e '.[vllm]'") from None
     try:

@@ -1,0 +1,1 @@
+"""The ``duplex`` command and the wiring of backends into a server."""

@@ -1,0 +1,140 @@
+"""``duplex``: the command line."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+from duplex.app.cli.backends import BackendChoice, BackendError, build
+from duplex.app.cli.flags import add_flags, from_args
+from duplex.app.core.protocol import DEFAULT_URL
+from duplex.app.edge.config import ServerConfig
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="duplex", description="On-device voice-duplex server (OpenAI Realtime protocol).")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the server on the built-in offline voice")
+    add_flags(serve, ServerConfig)
+    add_flags(serve, BackendChoice)
+    serve.add_argument("--log-level", default="INFO")
+    serve.add_argument("--log-format", choices=["text", "json"], default="text",
+                       help="json: one object per line, with session and response ids")
+    replay = sub.add_parser("replay", help="run scenario files against a server and judge what it did")
+    replay.add_argument("scenarios", nargs="+", help="scenario .toml files (or folders of them)")
+    replay.add_argument("--url", default=DEFAULT_URL, help="the server's Realtime WebSocket")
+    replay.add_argument("--realtime", action="store_true", help="pace the microphone at real time (default: faster, exact)")
+    replay.add_argument("--parallel", action="store_true", help="run the scenarios on concurrent connections")
+    replay.add_argument("--report", default="replay-report.json", help="where to write the JSON report")
+    replay.add_argument("--wav-dir", default="replays", help="where to write one WAV per scenario (mic left, speaker right)")
+    mic = sub.add_parser("mic", help="talk to a server from this machine's microphone and speaker")
+    mic.add_argument("--url", default=DEFAULT_URL, help="the server's Realtime WebSocket")
+    mic.add_argument("--input", default=None, help="input device (name or index; default: the system's)")
+    mic.add_argument("--output", default=None, help="output device (name or index; default: the system's)")
+    mic.add_argument("--rate", type=int, default=None, help="device sample rate (default: the input device's)")
+    mic.add_argument("--list-devices", action="store_true", help="list audio devices and exit")
+    mic.add_argument("--no-echo-gate", action="store_true", help="send the microphone as is (use with headphones)")
+    mic.add_argument("--jack-name", default=None, help="JACK client name, when PortAudio runs on JACK")
+    return parser
+
+
+def mic(args: argparse.Namespace) -> int:
+    """``duplex mic``: a clear message, not a traceback, for every problem a user can fix."""
+    from duplex.app.clients.mic import DemoError, MicDemo, list_devices
+
+    try:
+        if args.list_devices:
+            print(list_devices())
+            return 0
+
+        def device(value: str | None):
+            return int(value) if value is not None and value.isdigit() else value
+
+        demo = MicDemo(args.url, input_device=device(args.input), output_device=device(args.output),
+                       rate=args.rate, echo_gate=not args.no_echo_gate, client_name=args.jack_name)
+        asyncio.run(demo.run())
+    except DemoError as exc:
+        print(f"duplex mic: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # no PortAudio library at all
+        print(f"duplex mic: audio is not available: {exc} (install libportaudio2)", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+    return 0
+
+
+def replay(args: argparse.Namespace) -> int:
+    """``duplex replay``: non-zero exit when a scenario fails."""
+    from pathlib import Path
+
+    from duplex.app.clients.replay import Runner, table, write_report
+    from duplex.app.clients.scenario import ScenarioError, load
+
+    files: list[Path] = []
+    for name in args.scenarios:
+        p = Path(name)
+        files += sorted(p.glob("*.toml")) if p.is_dir() else [p]
+    try:
+        scenarios = [load(f) for f in files]
+    except ScenarioError as exc:
+        print(f"duplex replay: {exc}", file=sys.stderr)
+        return 2
+    runner = Runner(args.url, realtime=args.realtime, wav_dir=args.wav_dir)
+    results = asyncio.run(runner.run_many(scenarios, parallel=args.parallel))
+    print(table(results))
+    write_report(results, args.report)
+    failed = [r.name for r in results if not r.passed]
+    print(f"\n{len(results) - len(failed)}/{len(results)} passed; report: {args.report}; audio: {args.wav_dir}/")
+    return 1 if failed else 0
+
+
+async def serve(config: ServerConfig, choice: BackendChoice) -> None:
+    """Run until SIGINT/SIGTERM, then close every session with a close frame."""
+    from duplex.app.edge.server import DuplexServer
+
+    backends = await build(choice)
+    try:
+        try:
+            backends.talker.check_voice(config.voice)
+        except ValueError as exc:
+            raise BackendError(f"--voice: {exc}") from None
+        server = DuplexServer(backends, config)
+        await server.start()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        server.close()
+        await server.wait_closed()
+    finally:
+        await backends.aclose()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "replay":
+        logging.basicConfig(level=logging.WARNING)
+        return replay(args)
+    if args.command == "mic":
+        return mic(args)
+    if args.command == "serve":
+        from duplex.app.edge import logs
+
+        logs.setup(args.log_level, args.log_format)
+        config = from_args(ServerConfig, args)
+        if not config.api_key:
+            config.api_key = None
+        try:
+            asyncio.run(serve(config, from_args(BackendChoice, args)))
+        except BackendError as exc:
+            print(f"duplex: {exc}", file=sys.stderr)
+            return 2
+        except OSError as exc:
+            print(f"duplex: cannot serve on {config.host}:{config.port}: {exc}", file=sys.stderr)
+            return 1
+    return 0

@@ -1,0 +1,319 @@
+"""The session's replies: their events, playback, pause, cancel and truncation.
+
+Sans-I/O like the session they belong to: methods return typed server events and
+actions; time comes in as arguments. The reply side sees only a narrow
+:class:`ReplyContext` of its session (ids, the clock, the settings in force, its
+limits and the conversation). A reply is *active* from ``response.created`` to
+``response.done``, and *heard* until the client has played everything it was
+sent, which with pacing is up to the lead later. A barge-in can land in either:
+an active reply is cancelled and truncated, a reply still being heard is
+truncated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from duplex.app.core.actions import CancelReply, StartReply
+from duplex.app.core.conversation import Conversation, Item, Part
+from duplex.app.core.events import (
+    AudioDelta,
+    AudioDone,
+    AudioPaused,
+    AudioResumed,
+    AudioTranscriptDelta,
+    AudioTranscriptDone,
+    ContentPartAdded,
+    ContentPartDone,
+    ContentRef,
+    Error,
+    ItemAdded,
+    ItemDone,
+    ItemTruncated,
+    OutputItemAdded,
+    OutputItemDone,
+    ResponseCreated,
+    ResponseDone,
+    ResponseView,
+    ServerEvent,
+    TextDelta,
+    TextDone,
+)
+from duplex.app.core.limits import SessionLimits
+from duplex.app.core.pacing import Playout, SessionClock
+from duplex.app.core.protocol import ProtocolError
+from duplex.app.core.settings import ResponseOptions, SessionSettings
+from duplex.app.core.units import samples_to_ms
+from duplex.pipeline.stages import OutputChunk
+from duplex.pipeline.state import StateHandle
+from duplex.pipeline.stream import ChunkEvent
+from duplex.pipeline.talker import SpeechRequest
+from duplex.pipeline.thinker import Message, ThinkRequest
+
+Output = list[ServerEvent | StartReply | CancelReply]
+
+
+@dataclass(slots=True)
+class ReplyContext:
+    """What the reply side knows of its session."""
+
+    session_id: str
+    new_id: Callable[[str], str]
+    clock: SessionClock
+    settings: SessionSettings
+    """The settings in force (the session replaces them on ``session.update``)."""
+    limits: SessionLimits
+    conversation: Conversation
+
+
+@dataclass(slots=True)
+class Reply:
+    """One reply as the session sees it."""
+
+    id: str
+    item: Item
+    epoch: int
+    modalities: tuple[str, ...]
+    text: str
+    voice: str
+    playout: Playout
+    started: float
+    transcript_sent: int = 0
+    first_audio: float | None = None
+    active: bool = True
+    deltas: int = 0
+    """Audio deltas sent: their ``seq`` on the wire (gap-free per reply)."""
+
+    @property
+    def ref(self) -> ContentRef:
+        return ContentRef(self.id, self.item.id)
+
+    @property
+    def audio(self) -> bool:
+        return "audio" in self.modalities
+
+
+class Replies:
+    """Begins, streams, pauses, resumes, cancels and truncates a session's replies."""
+
+    def __init__(self, ctx: ReplyContext, state: StateHandle) -> None:
+        self.ctx = ctx
+        self.state = state
+        """The session's handle on backend state; its epoch moves on with every cancel."""
+        self.active: Reply | None = None
+        self.heard: Reply | None = None  # the latest reply with audio, while it may still be playing
+        self.epoch = 0
+
+    def _t(self, now: float) -> float:
+        return self.ctx.clock.now(now)
+
+    # -- lifecycle -------------------------------------------------------------
+    def begin(self, messages: tuple[Message, ...], options: ResponseOptions, now: float) -> Output:
+        """``response.created`` and friends, then the pipeline: the thinker answers the
+        conversation and, for audio, the talker speaks what it says."""
+        ctx, settings = self.ctx, self.ctx.settings
+        self.epoch += 1
+        audio = "audio" in options.modalities
+        item = Item(ctx.new_id("item"), "assistant", [], status="in_progress",
+                    audio_rate=settings.output_rate if audio else 0)
+        rid = ctx.new_id("resp")
+        playout = Playout(settings.output_rate, settings.pacing.lead_ms / 1000)
+        r = Reply(rid, item, self.epoch, options.modalities, "", options.voice, playout, now)
+        self.active = r
+        if audio:
+            self.heard = r
+        prev = ctx.conversation.add(item)
+        part = Part("output_audio", "") if audio else Part("output_text", "")
+        out: Output = [
+            ResponseCreated(self._view(r, "in_progress")),
+            OutputItemAdded(rid, 0, item.view()),
+            ItemAdded(prev, item.view()),
+            ContentPartAdded(r.ref, part.view()),
+        ]
+        item.content.append(part)
+        request = SpeechRequest(rid, "", options.voice, settings.speed, self.state)
+        out.append(StartReply(rid, r.epoch, request, settings.output_rate, ThinkRequest(rid, messages), audio))
+        return out
+
+    def _view(self, r: Reply, status: str, details: dict[str, Any] | None = None,
+              timings: dict[str, float] | None = None) -> ResponseView:
+        return ResponseView(r.id, status, details, (r.item.view(),), self.ctx.session_id, r.modalities,
+                            self.ctx.settings.output_rate, r.voice, timings)
+
+    def finish(self, r: Reply, status: str, details: dict[str, Any] | None = None,
+               timings: dict[str, float] | None = None) -> list[ServerEvent]:
+        """Close the reply's content, item and response, once."""
+        r.active = False
+        if self.active is r:
+            self.active = None
+        item = r.item
+        item.status = "completed" if status == "completed" else "incomplete"
+        out: list[ServerEvent] = []
+        part = item.content[0]
+        if part.audio:
+            part.text = r.text if status == "completed" else r.text[: r.transcript_sent]
+            out += [AudioDone(r.ref), AudioTranscriptDone(r.ref, part.text)]
+        else:
+            out.append(TextDone(r.ref, part.text or ""))
+        if r.first_audio is not None:
+            timings = {**(timings or {}), "first_audio": round((r.first_audio - r.started) * 1000, 2)}
+        conversation = self.ctx.conversation
+        prev = conversation.previous(item) if item.id in conversation else None
+        return out + [
+            ContentPartDone(r.ref, part.view()),
+            OutputItemDone(r.id, 0, item.view()),
+            ItemDone(prev, item.view()),
+            ResponseDone(self._view(r, status, details, timings)),
+        ]
+
+    def cancel(self, r: Reply, reason: str) -> Output:
+        """Retire the reply's epoch and end it as cancelled."""
+        self.state = self.state.next_epoch()
+        details = {"type": "cancelled", "reason": reason}
+        return [CancelReply(r.id, r.epoch, reason), *self.finish(r, "cancelled", details)]
+
+    def disconnect(self) -> Output:
+        """The client went away: stop the running reply, tell nobody."""
+        r = self.active
+        if r is None:
+            return []
+        r.active = False
+        self.active = None
+        return [CancelReply(r.id, r.epoch, "client_disconnected")]
+
+    # -- pipeline side -----------------------------------------------------------
+    def current(self, event: ChunkEvent) -> bool:
+        """Whether ``event`` belongs to the active reply (else it is stale: dropped)."""
+        r = self.active
+        return r is not None and event.epoch == r.epoch and event.request_id == r.id
+
+    def output_wait(self, samples: int, now: float) -> float:
+        """Wall seconds before ``samples`` more of the active reply may go out (0: now)."""
+        r = self.active
+        if r is None or not self.ctx.settings.pacing.enabled:
+            return 0.0
+        need = r.playout.seconds_until(samples, self._t(now))
+        if need == 0.0 or need == float("inf"):
+            return need
+        # While the client streams, only its input moves session time: re-check.
+        clock = self.ctx.clock
+        return min(need, clock.idle_s) if clock.streaming(now) else need
+
+    def on_output(self, event: ChunkEvent, now: float) -> list[ServerEvent]:
+        """Audio and the transcript it speaks for one pipeline chunk; nothing if stale."""
+        r = self.active
+        if r is None or not self.current(event):
+            return []
+        chunk: OutputChunk = event.payload
+        out: list[ServerEvent] = []
+        if chunk.text:  # the thinker's text arrives with the audio that says it
+            r.text += chunk.text
+            r.item.full_text = r.text
+            if not r.audio:
+                r.item.content[0].text = r.text
+                out.append(TextDelta(r.ref, chunk.text))
+        n = chunk.audio.length
+        if n:
+            if r.first_audio is None:
+                r.first_audio = now
+            start_ms = chunk.start * 1000 // int(chunk.audio.rate)
+            out.append(AudioDelta(r.ref, r.epoch, r.deltas, event.input_watermark, start_ms, chunk.audio.to_bytes()))
+            r.playout.on_sent(n, self._t(now))
+            r.item.audio_samples += n
+            r.deltas += 1
+            settings = self.ctx.settings
+            if r.item.audio_samples >= self.ctx.limits.max_reply_s * settings.output_rate:
+                # Long enough: end it like a length limit (the edge stops the pipeline).
+                return out + self.finish(r, "incomplete", {"type": "incomplete", "reason": "max_output_tokens"})
+        if chunk.words:
+            r.item.words.extend(chunk.words)
+            upto = max(w.end for w in chunk.words)
+            if upto > r.transcript_sent:
+                out.append(AudioTranscriptDelta(r.ref, r.text[r.transcript_sent:upto]))
+                r.transcript_sent = upto
+        return out
+
+    def on_finished(self, response_id: str, timings: dict[str, float] | None = None) -> list[ServerEvent]:
+        """The pipeline delivered the whole reply."""
+        r = self.active
+        if r is None or r.id != response_id:
+            return []
+        out: list[ServerEvent] = []
+        if r.audio and r.transcript_sent < len(r.text):
+            out.append(AudioTranscriptDelta(r.ref, r.text[r.transcript_sent:]))
+            r.transcript_sent = len(r.text)
+        return out + self.finish(r, "completed", timings=timings)
+
+    def on_failed(self, response_id: str, message: str) -> list[ServerEvent]:
+        """The pipeline failed mid-reply: say so, and end the reply as failed."""
+        r = self.active
+        if r is None or r.id != response_id:
+            return []
+        err = ProtocolError("reply_failed", f"the reply failed: {message}", error_type="server_error")
+        details = {"type": "failed", "error": {"type": "server_error", "code": "reply_failed", "message": message}}
+        return [Error(err), *self.finish(r, "failed", details)]
+
+    def on_ack(self, response_id: str, played: int, input_samples: int) -> None:
+        """The client had played ``played`` samples of a reply at input sample ``input_samples``."""
+        r = self.heard
+        if r is not None and r.id == response_id:
+            r.playout.on_ack(played, self.ctx.clock.time_of_input(input_samples, self.ctx.settings.input_rate))
+
+    # -- barge-in ----------------------------------------------------------------
+    def being_heard(self, now: float) -> Reply | None:
+        """The reply the user hears (or is about to) now, if any."""
+        r = self.heard
+        if r is None or r.item.truncated_ms is not None:
+            return None
+        if r.active or not r.playout.finished(self._t(now)):
+            return r
+        return None
+
+    def pause(self, onset: int, input_samples: int, now: float) -> list[ServerEvent]:
+        """Speech began at input sample ``onset`` (decided at ``input_samples``): stop output now."""
+        r = self.being_heard(now)
+        if r is None or r.playout.paused:
+            return []
+        r.playout.pause(self._t(now))
+        after = samples_to_ms(input_samples - onset, self.ctx.settings.input_rate)  # how late this was decided
+        return [AudioPaused(r.ref, r.epoch, self._played_ms(r, onset), after)]
+
+    def resume(self, now: float) -> list[ServerEvent]:
+        """The speech was not a turn: the paused reply plays on."""
+        r = self.heard
+        if r is None or not r.playout.paused or r.item.truncated_ms is not None:
+            return []
+        r.playout.resume(self._t(now))
+        return [AudioResumed(r.ref, r.epoch)]
+
+    def _played_ms(self, r: Reply, onset: int) -> int:
+        t = self.ctx.clock.time_of_input(onset, self.ctx.settings.input_rate)
+        return r.playout.played(t) * 1000 // r.playout.rate
+
+    def interrupt(self, onset: int, now: float) -> Output:
+        """The user took the turn at input sample ``onset``: cancel the reply if it is
+        still running and truncate it at what had been played by then."""
+        r = self.heard
+        if r is None or r.item.truncated_ms is not None:
+            return []
+        if not r.active and not r.playout.paused and r.playout.finished(self._t(now)):
+            return []  # it had been heard in full before the user spoke
+        out: Output = []
+        if r.active:
+            out += self.cancel(r, "turn_detected")
+        end_ms = min(self._played_ms(r, onset), r.item.audio_ms)
+        r.item.truncate(end_ms)
+        out.append(ItemTruncated(r.item.id, 0, end_ms))
+        return out
+
+    def truncate(self, item: Item, end_ms: int) -> Output:
+        """The client truncated ``item`` at ``end_ms``; on the live reply that ends it."""
+        out: Output = []
+        r = self.active
+        if r is not None and r.item is item:
+            out += self.cancel(r, "client_cancelled")  # the client stopped playing the live reply: it is over
+        item.truncate(end_ms)
+        out.append(ItemTruncated(item.id, 0, end_ms))
+        return out

@@ -1,0 +1,270 @@
+"""Session settings and the one validator for what clients may set.
+
+``session.update`` (GA or beta shape) and ``response.create``'s options go through
+the same field checks here, so a voice or a modality list means the same thing in
+both. Validation is all or nothing: the first bad field raises
+:class:`ProtocolError` and nothing changes. The wire shapes of the session object
+are rendered in :mod:`duplex.app.core.wire`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from duplex.app.core.protocol import ProtocolError, check_type
+
+PCM_FORMATS = {"audio/pcm", "pcm16"}
+G711_FORMATS = {"audio/pcmu", "audio/pcma", "g711_ulaw", "g711_alaw"}
+INPUT_RATES = (16000, 24000)
+OUTPUT_RATES = (8000, 16000, 22050, 24000, 44100, 48000)
+MODALITIES = frozenset({"audio", "text"})
+
+VoiceCheck = Callable[[str], None]
+"""Raises ValueError naming the problem when a voice is not usable (the talker's check)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TurnDetection:
+    """Turn detection, as the Realtime protocol names its knobs (``server_vad``)."""
+
+    type: str = "server_vad"
+    threshold: float = 0.5
+    prefix_padding_ms: int = 300
+    silence_duration_ms: int = 500
+    create_response: bool = True
+    interrupt_response: bool = True
+    idle_timeout_ms: int | None = None
+    # Extensions: speech shorter than this is not a turn (a click, a breath)...
+    min_speech_ms: int = 150
+    # ...and speech over a reply must last this long to cancel it; shorter
+    # speech (a cough, an "uh-huh") only pauses the reply, which then resumes.
+    # Silero holds speech ~100-200 ms past its end, so eSpeak's "mhm" (560 ms)
+    # measures ~670 ms: 800 keeps backchannels from killing replies.
+    barge_in_min_ms: int = 800
+
+
+TURN_DETECTION_TYPES = ("server_vad",)
+
+
+@dataclass(frozen=True, slots=True)
+class Pacing:
+    """Extension: how far ahead of the client's playback audio may be sent."""
+
+    enabled: bool = True
+    lead_ms: int = 250
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSettings:
+    """The negotiated state of one session."""
+
+    model: str = "duplex-espeak"
+    instructions: str = ""
+    output_modalities: tuple[str, ...] = ("audio",)
+    voice: str = "alloy"
+    speed: float = 1.0
+    input_rate: int = 24000
+    output_rate: int = 24000
+    turn_detection: TurnDetection | None = field(default_factory=TurnDetection)
+    transcription: dict[str, Any] | None = None
+    pacing: Pacing = field(default_factory=Pacing)
+    max_output_tokens: int | str = "inf"
+    binary_audio: bool = False
+    """Extension: microphone audio may come as binary frames of raw PCM16, and each
+    audio delta goes out as its JSON header followed by one binary frame."""
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseOptions:
+    """What one ``response.create`` asks for, over the session's settings."""
+
+    modalities: tuple[str, ...]
+    voice: str
+    instructions: str | None = None
+
+
+# -- fields ------------------------------------------------------------------
+def _get(obj: dict[str, Any], key: str, types: tuple[type, ...], param: str) -> Any:
+    value = obj[key]
+    check_type(value, types, param)
+    return value
+
+
+def _bad(param: str, message: str, code: str = "invalid_value") -> ProtocolError:
+    return ProtocolError(code, message, param=param)
+
+
+def modalities(value: Any, param: str) -> tuple[str, ...]:
+    """A non-empty list of 'audio' and/or 'text'."""
+    check_type(value, (list,), param)
+    if not value or not all(isinstance(m, str) for m in value) or not set(value) <= MODALITIES:
+        raise _bad(param, f"{param} must be ['audio'], ['text'] or both")
+    return tuple(sorted(set(value)))
+
+
+def voice(value: Any, param: str, check_voice: VoiceCheck) -> str:
+    """A voice name the talker accepts."""
+    check_type(value, (str,), param)
+    try:
+        check_voice(value)
+    except ValueError as exc:
+        raise _bad(param, f"{param}: {exc}") from None
+    return str(value)
+
+
+def _in_range(value: Any, types: tuple[type, ...], lo: float, hi: float, param: str) -> Any:
+    check_type(value, types, param)
+    if value is not None and not lo <= value <= hi:
+        raise _bad(param, f"{param} must be within [{lo}, {hi}]")
+    return value
+
+
+def _format(value: Any, param: str, rates: tuple[int, ...], current: int) -> int:
+    """Validate an audio format (GA object or beta string); return its rate."""
+    if isinstance(value, str):
+        kind, rate = value, current
+    else:
+        check_type(value, (dict,), param)
+        kind = _get(value, "type", (str,), f"{param}.type") if "type" in value else "audio/pcm"
+        rate = _get(value, "rate", (int,), f"{param}.rate") if "rate" in value else current
+    if kind in G711_FORMATS:
+        raise _bad(param, f"{param}: {kind} is not supported; use audio/pcm", "unsupported_format")
+    if kind not in PCM_FORMATS:
+        raise _bad(param, f"{param}: unknown audio format {kind!r}")
+    if rate not in rates:
+        raise _bad(f"{param}.rate", f"{param}: rate {rate} is not supported (one of {list(rates)})", "unsupported_rate")
+    return int(rate)
+
+
+def _side_rate(
+    update: dict[str, Any], audio_side: dict[str, Any], side: str, rates: tuple[int, ...], current: int
+) -> int | None:
+    """The rate an update sets for one side (GA ``audio.<side>.format`` or beta
+    ``<side>_audio_format`` + ``<side>_audio_rate``), or None if it sets none."""
+    rate = None
+    if "format" in audio_side:
+        rate = _format(audio_side["format"], f"session.audio.{side}.format", rates, current)
+    if f"{side}_audio_format" in update:
+        rate = _format(update[f"{side}_audio_format"], f"session.{side}_audio_format", rates, current)
+        if f"{side}_audio_rate" in update:
+            rate = _format({"rate": update[f"{side}_audio_rate"]}, f"session.{side}_audio_rate", rates, current)
+    return rate
+
+
+_TURN_RANGES: tuple[tuple[str, tuple[type, ...], float, float], ...] = (
+    ("threshold", (float,), 0.0, 1.0),
+    ("prefix_padding_ms", (int,), 0, 5000),
+    ("silence_duration_ms", (int,), 0, 10000),
+    ("idle_timeout_ms", (int, type(None)), 5000, 30 * 60 * 1000),
+    ("min_speech_ms", (int,), 0, 5000),
+    ("barge_in_min_ms", (int,), 0, 10000),
+)
+
+
+def _turn_detection(value: Any, param: str, current: TurnDetection | None) -> TurnDetection | None:
+    if value is None:
+        return None
+    check_type(value, (dict,), param)
+    kind = value.get("type", "server_vad")
+    if kind not in TURN_DETECTION_TYPES:
+        raise _bad(f"{param}.type", f"{param}.type {kind!r} is not supported; use server_vad", "unsupported_value")
+    updates: dict[str, Any] = {}
+    for key, types, lo, hi in _TURN_RANGES:
+        if key in value:
+            updates[key] = _in_range(value[key], types, lo, hi, f"{param}.{key}")
+    for key in ("create_response", "interrupt_response"):
+        if key in value:
+            updates[key] = _get(value, key, (bool,), f"{param}.{key}")
+    return replace(current or TurnDetection(), **updates)
+
+
+def _pacing(value: Any, param: str, current: Pacing) -> Pacing:
+    check_type(value, (dict,), param)
+    enabled = _get(value, "enabled", (bool,), f"{param}.enabled") if "enabled" in value else current.enabled
+    lead = _in_range(value["lead_ms"], (int,), 0, 10000, f"{param}.lead_ms") if "lead_ms" in value else current.lead_ms
+    return Pacing(enabled, lead)
+
+
+# -- session.update ----------------------------------------------------------
+def apply_update(
+    current: SessionSettings, update: dict[str, Any], *, check_voice: VoiceCheck, audio_started: bool
+) -> SessionSettings:
+    """The settings after a ``session.update`` body (GA or beta shape) over ``current``."""
+    s = current
+    p = "session"
+    if "model" in update:
+        s = replace(s, model=_get(update, "model", (str,), f"{p}.model"))
+    if "instructions" in update:
+        s = replace(s, instructions=_get(update, "instructions", (str,), f"{p}.instructions"))
+    for key in ("output_modalities", "modalities"):
+        if key in update:
+            s = replace(s, output_modalities=modalities(update[key], f"{p}.{key}"))
+    for key in ("max_output_tokens", "max_response_output_tokens"):
+        if key in update:
+            v = update[key]
+            if v != "inf":
+                check_type(v, (int,), f"{p}.{key}")
+                if not 1 <= v <= 4096:
+                    raise _bad(f"{p}.{key}", f"{p}.{key} must be within [1, 4096] or 'inf'")
+            s = replace(s, max_output_tokens=v)
+    audio = update.get("audio")
+    if audio is not None:
+        check_type(audio, (dict,), f"{p}.audio")
+    audio = audio or {}
+    a_in = audio.get("input") or {}
+    a_out = audio.get("output") or {}
+    check_type(a_in, (dict,), f"{p}.audio.input")
+    check_type(a_out, (dict,), f"{p}.audio.output")
+
+    rate = _side_rate(update, a_in, "input", INPUT_RATES, s.input_rate)
+    if rate is not None:
+        if rate != s.input_rate and audio_started:
+            raise _bad(f"{p}.audio.input.format", "the input rate cannot change once audio has been received")
+        s = replace(s, input_rate=rate)
+    rate = _side_rate(update, a_out, "output", OUTPUT_RATES, s.output_rate)
+    if rate is not None:
+        s = replace(s, output_rate=rate)
+    for obj, param in ((a_out, f"{p}.audio.output"), (update, p)):
+        if "voice" in obj:
+            s = replace(s, voice=voice(obj["voice"], f"{param}.voice", check_voice))
+        if "speed" in obj:
+            s = replace(s, speed=float(_in_range(obj["speed"], (float,), 0.25, 1.5, f"{param}.speed")))
+    for obj, param in ((a_in, f"{p}.audio.input"), (update, p)):
+        if "turn_detection" in obj:
+            td = _turn_detection(obj["turn_detection"], f"{param}.turn_detection", s.turn_detection)
+            s = replace(s, turn_detection=td)
+    for obj, key, param in (
+        (a_in, "transcription", f"{p}.audio.input.transcription"),
+        (update, "input_audio_transcription", f"{p}.input_audio_transcription"),
+    ):
+        if key in obj:
+            value = obj[key]
+            if value is not None:
+                check_type(value, (dict,), param)
+            s = replace(s, transcription=value)
+    if "binary_audio" in update:
+        s = replace(s, binary_audio=_get(update, "binary_audio", (bool,), f"{p}.binary_audio"))
+    if "pacing" in update:
+        s = replace(s, pacing=_pacing(update["pacing"], f"{p}.pacing", s.pacing))
+    return s
+
+
+# -- response.create ---------------------------------------------------------
+def response_options(current: SessionSettings, opts: dict[str, Any], *, check_voice: VoiceCheck) -> ResponseOptions:
+    """What a ``response.create``'s ``response`` object asks for, over the session's settings."""
+    mods = current.output_modalities
+    for key in ("output_modalities", "modalities"):
+        if key in opts:
+            mods = modalities(opts[key], f"response.{key}")
+    chosen = current.voice
+    audio = opts.get("audio")
+    out = audio.get("output") if isinstance(audio, dict) else None
+    for obj, param in ((opts, "response.voice"), (out if isinstance(out, dict) else {}, "response.audio.output.voice")):
+        if "voice" in obj:
+            chosen = voice(obj["voice"], param, check_voice)
+    instructions = opts.get("instructions")
+    if instructions is not None:
+        check_type(instructions, (str,), "response.instructions")
+    return ResponseOptions(mods, chosen, instructions)

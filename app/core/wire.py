@@ -1,0 +1,202 @@
+"""The one place server events become Realtime frames.
+
+:class:`Wire` renders the core's typed events (:mod:`duplex.app.core.events`) for
+one connection: GA names, or beta names and shapes for a client that asked for the
+beta protocol; audio as base64 in the JSON, or as the JSON header followed by one
+binary frame when the session uses binary audio; the session, item and response
+objects; and a server event id on every event.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import asdict, fields
+from typing import Any
+
+from duplex.app.core.events import (
+    AudioDelta,
+    ContentRef,
+    ItemDone,
+    ItemView,
+    PartView,
+    ResponseView,
+    ServerEvent,
+    SessionCreated,
+    SessionUpdated,
+    TranscriptionCompleted,
+    TranscriptionFailed,
+)
+from duplex.app.core.protocol import ProtocolError
+from duplex.app.core.settings import SessionSettings, TurnDetection
+
+GA = "ga"
+BETA = "beta"
+
+# The beta protocol's names for events whose GA name changed.
+BETA_NAMES = {
+    "response.output_audio.delta": "response.audio.delta",
+    "response.output_audio.done": "response.audio.done",
+    "response.output_audio_transcript.delta": "response.audio_transcript.delta",
+    "response.output_audio_transcript.done": "response.audio_transcript.done",
+    "response.output_text.delta": "response.text.delta",
+    "response.output_text.done": "response.text.done",
+    "conversation.item.added": "conversation.item.created",
+}
+# GA events the beta protocol does not have; beta clients do not get them.
+GA_ONLY: tuple[type[ServerEvent], ...] = (ItemDone,)
+_BETA_PART_TYPES = {"output_audio": "audio", "output_text": "text"}
+_TEXT_PARTS = {"input_text", "output_text", "text"}
+
+Frame = str | bytes
+
+
+class Wire:
+    """Renders one connection's server events: its dialect and its event ids."""
+
+    def __init__(self, session_id: str, dialect: str = GA) -> None:
+        self.dialect = dialect
+        self._prefix = session_id[-6:]
+        self._n = 0
+
+    def _next_id(self) -> str:
+        self._n += 1
+        return f"evt_{self._prefix}{self._n:06d}"
+
+    def render(self, event: ServerEvent, *, binary_audio: bool = False) -> list[Frame]:
+        """The frames that carry ``event`` (none if the dialect has no such event)."""
+        if self.dialect == BETA and isinstance(event, GA_ONLY):
+            return []
+        body = self.to_dict(event)
+        if isinstance(event, AudioDelta) and binary_audio:
+            del body["delta"]
+            body["binary"] = True  # the PCM follows as the next binary frame
+            return [_json(body), event.pcm]
+        return [_json(body)]
+
+    def to_dict(self, event: ServerEvent) -> dict[str, Any]:
+        """The JSON object of ``event`` in this connection's dialect, with a new event id."""
+        beta = self.dialect == BETA
+        name = BETA_NAMES.get(event.type, event.type) if beta else event.type
+        out: dict[str, Any] = {"type": name, "event_id": self._next_id()}
+        if isinstance(event, (SessionCreated, SessionUpdated)):
+            out["session"] = session_object(event.session_id, event.settings, beta)
+            return out
+        if isinstance(event, TranscriptionFailed):
+            out.update(item_id=event.item_id, content_index=event.content_index,
+                       error={"type": "server_error", "code": "transcription_failed", "message": event.message})
+            return out
+        for f in fields(event):
+            value = getattr(event, f.name)
+            if isinstance(value, ContentRef):
+                out.update(asdict(value))
+            elif f.name == "pcm":
+                out["delta"] = base64.b64encode(value).decode("ascii")
+            elif isinstance(event, TranscriptionCompleted) and f.name == "recognition_ms":
+                if value is not None:
+                    out[f.name] = round(value, 2)
+            else:
+                out[f.name] = _value(value, beta)
+        return out
+
+
+def _json(body: dict[str, Any]) -> str:
+    return json.dumps(body, separators=(",", ":"))
+
+
+def _value(value: Any, beta: bool) -> Any:
+    if isinstance(value, ItemView):
+        return item_object(value, beta)
+    if isinstance(value, PartView):
+        return part_object(value, beta)
+    if isinstance(value, ResponseView):
+        return response_object(value, beta)
+    if isinstance(value, ProtocolError):
+        return value.to_error()
+    return value
+
+
+def part_object(part: PartView, beta: bool = False) -> dict[str, Any]:
+    kind = _BETA_PART_TYPES.get(part.type, part.type) if beta else part.type
+    key = "text" if part.type in _TEXT_PARTS else "transcript"
+    return {"type": kind, key: part.text}
+
+
+def item_object(item: ItemView, beta: bool = False) -> dict[str, Any]:
+    return {
+        "id": item.id,
+        "object": "realtime.item",
+        "type": item.type,
+        "status": item.status,
+        "role": item.role,
+        "content": [part_object(p, beta) for p in item.content],
+    }
+
+
+def response_object(r: ResponseView, beta: bool = False) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "object": "realtime.response",
+        "id": r.id,
+        "status": r.status,
+        "status_details": r.status_details,
+        "output": [item_object(i, beta) for i in r.output] if r.status != "in_progress" else [],
+        "conversation_id": r.conversation_id,
+        "output_modalities": list(r.modalities),
+        "modalities": list(r.modalities),
+        "audio": {"output": {"format": {"type": "audio/pcm", "rate": r.output_rate}, "voice": r.voice}},
+        "usage": {"total_tokens": 0, "input_tokens": 0, "output_tokens": 0},
+        "metadata": None,
+    }
+    if r.timings:
+        out["timings"] = r.timings
+    return out
+
+
+def _turn_object(td: TurnDetection | None) -> dict[str, Any] | None:
+    return None if td is None else asdict(td)
+
+
+def session_object(session_id: str, s: SessionSettings, beta: bool = False) -> dict[str, Any]:
+    """The session object of ``session.created|updated``: GA, or the beta shape."""
+    if beta:
+        return {
+            "id": session_id,
+            "object": "realtime.session",
+            "model": s.model,
+            "modalities": list(s.output_modalities),
+            "instructions": s.instructions,
+            "voice": s.voice,
+            "speed": s.speed,
+            "input_audio_format": "pcm16",
+            "output_audio_format": "pcm16",
+            "input_audio_transcription": s.transcription,
+            "turn_detection": _turn_object(s.turn_detection),
+            "max_response_output_tokens": s.max_output_tokens,
+            "pacing": asdict(s.pacing),
+            "binary_audio": s.binary_audio,
+            "input_audio_rate": s.input_rate,
+            "output_audio_rate": s.output_rate,
+        }
+    return {
+        "type": "realtime",
+        "object": "realtime.session",
+        "id": session_id,
+        "model": s.model,
+        "output_modalities": list(s.output_modalities),
+        "instructions": s.instructions,
+        "audio": {
+            "input": {
+                "format": {"type": "audio/pcm", "rate": s.input_rate},
+                "transcription": s.transcription,
+                "turn_detection": _turn_object(s.turn_detection),
+            },
+            "output": {
+                "format": {"type": "audio/pcm", "rate": s.output_rate},
+                "voice": s.voice,
+                "speed": s.speed,
+            },
+        },
+        "max_output_tokens": s.max_output_tokens,
+        "pacing": asdict(s.pacing),
+        "binary_audio": s.binary_audio,
+    }

@@ -1,0 +1,1 @@
+"""The network edge: WebSocket and HTTP I/O, access, limits, metrics, logs."""

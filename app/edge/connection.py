@@ -1,0 +1,268 @@
+"""One client's connection: its session, its running reply and its ordered sends.
+
+The connection owns a sans-I/O :class:`~duplex.app.core.session.Session` and
+carries out what it returns: server events are rendered by the connection's
+:class:`~duplex.app.core.wire.Wire` and sent; :class:`StartReply` runs a reply's
+stages in the connection's TaskGroup with a paced sink; :class:`CancelReply`
+retires the reply's epoch and waits for its tasks to end before anything after it
+is sent, so no audio of a cancelled reply can follow its ``response.done``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import uuid
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from websockets.asyncio.server import ServerConnection
+from websockets.exceptions import ConnectionClosed
+
+from duplex.app.core.actions import Action, CancelReply, StartReply, Sync, Transcribe
+from duplex.app.core.events import Error, ServerEvent
+from duplex.app.core.protocol import ProtocolError, decode_event
+from duplex.app.core.session import Session
+from duplex.app.core.settings import SessionSettings
+from duplex.app.core.wire import Wire
+from duplex.pipeline.stages import ReplyStages
+from duplex.pipeline.stream import ChunkEvent
+
+if TYPE_CHECKING:
+    from duplex.app.edge.server import DuplexServer
+
+log = logging.getLogger("duplex.server")
+
+
+class _ReplyEnded(Exception):
+    """The session ended the reply from the sink's side (a limit): stop its stages."""
+
+
+class Connection:
+    """One client: its session, its running reply and its ordered sends."""
+
+    def __init__(self, server: DuplexServer, ws: ServerConnection, dialect: str) -> None:
+        self.server = server
+        self.ws = ws
+        self.loop = asyncio.get_running_loop()
+        cfg = server.config
+        backends = server.backends
+        self.session = Session(
+            "sess_" + uuid.uuid4().hex[:20],
+            self.loop.time(),
+            settings=SessionSettings(voice=cfg.voice),
+            check_voice=backends.talker.check_voice,
+            limits=cfg.limits,
+            voice_activity=backends.voice_activity,
+            backend=(backends.talker.name, backends.talker.artifact_id),
+        )
+        self.session.clock.idle_s = cfg.input_idle_s
+        self.wire = Wire(self.session.id, dialect)
+        self._send_lock = asyncio.Lock()
+        self._progress = asyncio.Event()  # input, acks and cancels wake a paced sink
+        self._parked = asyncio.Event()  # set while the sink waits on playback
+        self._asr_tasks: set[asyncio.Task[None]] = set()
+        self._tg: asyncio.TaskGroup | None = None
+        self.reply: ReplyStages | None = None
+        self.reply_task: asyncio.Task[None] | None = None
+
+    async def run(self) -> None:
+        """Serve the client until it disconnects; leave no task behind."""
+        async with asyncio.TaskGroup() as tg:
+            self._tg = tg
+            try:
+                await self.send(self.session.start())
+                while True:
+                    try:
+                        async with asyncio.timeout(self.server.config.idle_timeout_s):
+                            message = await self.ws.recv()
+                    except TimeoutError:
+                        self.server.refuse(self, "idle", f"no message for {self.server.config.idle_timeout_s:g} s")
+                        await self.ws.close(1008, "idle timeout")
+                        break
+                    self.server.metrics.inc("duplex_bytes_in_total", len(message))
+                    await self.handle(message)
+            except ConnectionClosed:
+                pass
+            finally:
+                await self.execute(self.session.on_disconnect(), sending=False)
+
+    async def handle(self, message: str | bytes) -> None:
+        """One client message: decoded, fed to the session, its outcome carried out."""
+        now = self.loop.time()
+        limit = self.server.config.max_message_bytes
+        if isinstance(message, bytes):
+            if len(message) > limit:
+                err = ProtocolError("message_too_large", f"binary frame of {len(message)} bytes exceeds the limit "
+                                    f"of {limit} bytes")
+                await self.send([Error(err)])
+                return
+            outputs = self.session.feed_binary(message, now)
+        else:
+            try:
+                event = decode_event(message, max_bytes=limit)
+            except ProtocolError as err:
+                await self.send([Error(err)])
+                return
+            outputs = self.session.feed(event, now)
+        self._nudge()  # input, acks, pause and resume all move a paced sink
+        await self.execute(outputs)
+
+    def _nudge(self) -> None:
+        """Wake a paced sink; until it has looked again it is not settled."""
+        self._progress.set()
+        self._parked.clear()
+
+    async def execute(self, outputs: Iterable[ServerEvent | Action], *, sending: bool = True) -> None:
+        """Carry out a session's outputs, in order."""
+        for out in outputs:
+            if isinstance(out, StartReply):
+                self._start_reply(out)
+            elif isinstance(out, CancelReply):
+                await self._cancel_reply(out)
+            elif isinstance(out, Transcribe):
+                assert self._tg is not None
+                task = self._tg.create_task(self._transcribe(out), name=f"asr:{out.item_id}")
+                self._asr_tasks.add(task)
+                task.add_done_callback(self._asr_tasks.discard)
+            elif isinstance(out, Sync):
+                await self._settle()
+                if sending:
+                    await self.send(self.session.synced(out.event_id))
+            elif sending:
+                await self.send([out])
+
+    async def send(self, events: Iterable[ServerEvent]) -> None:
+        """Send a batch of events back to back: nothing else interleaves with it."""
+        binary = self.session.settings.binary_audio
+        events = list(events)
+        frames = [frame for event in events for frame in self.wire.render(event, binary_audio=binary)]
+        if not frames:
+            return
+        for event in events:
+            self.server.observe(event)
+        async with self._send_lock:
+            for frame in frames:
+                try:
+                    async with asyncio.timeout(self.server.config.stall_timeout_s):
+                        await self.ws.send(frame)
+                except TimeoutError:
+                    # The client stopped reading: its queues are full; let it go.
+                    self.server.refuse(self, "stalled", f"a send waited {self.server.config.stall_timeout_s:g} s")
+                    self.ws.close_timeout = 1.0
+                    asyncio.get_running_loop().create_task(self.ws.close(1008, "client not reading"))
+                    raise ConnectionClosed(None, None) from None
+                self.server.metrics.inc("duplex_bytes_out_total", len(frame))
+
+    async def _settle(self) -> None:
+        """Wait until nothing more follows from what has been received: recognitions
+        done, and the reply (if any) finished or waiting on the client's playback."""
+        while True:
+            if self._asr_tasks:
+                await asyncio.wait(set(self._asr_tasks))
+                continue
+            task = self.reply_task
+            if task is not None and not task.done() and not self._parked.is_set():
+                parked = asyncio.ensure_future(self._parked.wait())
+                try:
+                    await asyncio.wait({task, parked}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    parked.cancel()
+                continue
+            return
+
+    async def _transcribe(self, action: Transcribe) -> None:
+        text, failure = "", None
+        recognizer = self.server.backends.recognizer
+        started = self.loop.time()
+        if recognizer is not None:
+            try:
+                text = await recognizer.transcribe(action.audio, action.rate)
+            except Exception as exc:  # a failed recognition is heard as nothing, not a dead session
+                log.exception("recognition failed for %s", action.item_id, extra={"session": self.session.id})
+                failure = f"speech recognition failed: {exc}"
+        took = (self.loop.time() - started) * 1000
+        try:
+            await self.execute(self.session.on_transcript(action.item_id, text, self.loop.time(), took, failure))
+        except ConnectionClosed:
+            pass
+
+    # -- replies -------------------------------------------------------------
+    def _start_reply(self, action: StartReply) -> None:
+        assert self._tg is not None
+        backends = self.server.backends
+        reply = ReplyStages(
+            backends.talker if action.audio else None,
+            backends.vocoder if action.audio else None,
+            action.request,
+            epoch=action.epoch,
+            output_rate=action.output_rate,
+            queues=self.server.config.queues,
+            watermark=lambda: self.session.input_samples,
+            thinker=backends.thinker,
+            think=action.think,
+        )
+        self.reply = reply
+        self.reply_task = self._tg.create_task(self._run_reply(reply, action.response_id), name=action.response_id)
+
+    async def _run_reply(self, reply: ReplyStages, response_id: str) -> None:
+        events: list[ServerEvent] = []
+        try:
+            await reply.run(self._sink)
+        except* _ReplyEnded:
+            pass  # the session already said so (response.done): its stages stop here
+        except* ConnectionClosed:
+            pass  # the reader sees the close and cleans up
+        except* Exception as group:
+            error = group.exceptions[0]
+            log.warning("reply failed: %r", error, extra={"session": self.session.id, "response": response_id})
+            events = self.session.on_reply_failed(response_id, str(error) or type(error).__name__, self.loop.time())
+        else:
+            events = self.session.on_reply_finished(response_id, self.loop.time(), reply.stats.timings_ms())
+        finally:
+            reply.retire()
+            m = self.server.metrics
+            m.inc("duplex_stale_events_dropped_total", reply.stats.dropped_stale)
+            m.high_water("duplex_queue_high_water_bytes",
+                         reply.stats.talker_high_water_bytes + reply.stats.output_high_water_bytes)
+            m.high_water("duplex_output_queue_high_water_chunks", reply.output_queue.high_water_chunks)
+            if self.reply is reply:
+                self.reply = None
+        try:
+            await self.send(events)
+        except ConnectionClosed:
+            pass
+
+    async def _sink(self, event: ChunkEvent) -> None:
+        """Release one chunk when pacing allows, as audio and transcript deltas; stop the
+        reply's stages when the session has ended it (a length limit)."""
+        samples = event.payload.audio.length
+        while (wait := self.session.output_wait(samples, self.loop.time())) > 0:
+            self._progress.clear()
+            self._parked.set()
+            try:
+                async with asyncio.timeout(None if math.isinf(wait) else wait):
+                    await self._progress.wait()
+            except TimeoutError:
+                pass
+            finally:
+                self._parked.clear()
+        if not self.session.replies.current(event):
+            self.server.metrics.inc("duplex_stale_events_dropped_total")
+            raise _ReplyEnded
+        await self.send(self.session.on_output(event, self.loop.time()))
+        active = self.session.replies.active
+        if active is None or active.id != event.request_id:
+            raise _ReplyEnded
+
+    async def _cancel_reply(self, action: CancelReply) -> None:
+        self.server.metrics.inc("duplex_cancels_total", reason=action.reason)
+        reply, task = self.reply, self.reply_task
+        if reply is None or task is None or reply.epoch != action.epoch:
+            return
+        reply.retire()
+        self._nudge()
+        if task is not asyncio.current_task() and not task.done():
+            task.cancel()
+            await asyncio.wait({task})

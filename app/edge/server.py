@@ -1,0 +1,162 @@
+"""The WebSocket/HTTP server: the port, the handshake checks, and every connection.
+
+Plain HTTP on the same port serves the browser client's files, ``/healthz`` and
+``/metrics``; ``/v1/realtime`` upgrades to a WebSocket after the access checks
+and the session cap, and each WebSocket becomes a
+:class:`~duplex.app.edge.connection.Connection`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from http import HTTPStatus
+
+import websockets
+from websockets.asyncio.server import Server, ServerConnection
+from websockets.http11 import Request, Response
+
+from duplex.app.core.events import (
+    AudioPaused,
+    Error,
+    ResponseDone,
+    ServerEvent,
+    TranscriptionCompleted,
+    TranscriptionFailed,
+)
+from duplex.app.core.protocol import REALTIME_PATH
+from duplex.app.core.wire import BETA, GA
+from duplex.app.edge import access
+from duplex.app.edge.config import ServerConfig
+from duplex.app.edge.connection import Connection
+from duplex.app.edge.http import is_upgrade, json_response, metrics_response, static_file, text_response
+from duplex.app.edge.memory import release_idle_memory
+from duplex.app.edge.metrics import Metrics
+from duplex.pipeline.backends import Backends
+
+log = logging.getLogger("duplex.server")
+
+
+class DuplexServer:
+    """The WebSocket/HTTP server: one set of backends shared by every session."""
+
+    def __init__(self, backends: Backends, config: ServerConfig | None = None) -> None:
+        self.backends = backends
+        self.config = config or ServerConfig()
+        self.metrics = Metrics()
+        self.connections: set[Connection] = set()
+        self._server: Server | None = None
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def start(self) -> None:
+        cfg = self.config
+        self._server = await websockets.serve(
+            self._handle,
+            cfg.host,
+            cfg.port,
+            process_request=self._process_request,
+            select_subprotocol=_select_subprotocol,
+            max_size=cfg.max_frame_bytes,
+            write_limit=cfg.write_limit,
+            compression=None,  # PCM does not compress; deflate would only cost CPU
+            ping_interval=20,
+            ping_timeout=20,
+        )
+        log.info("Duplex listening on http://%s:%d/ (realtime at ws://%s:%d%s)",
+                 cfg.host, self.port, cfg.host, self.port, REALTIME_PATH)
+
+    async def serve_forever(self) -> None:
+        if self._server is None:
+            await self.start()
+        assert self._server is not None
+        await self._server.serve_forever()
+
+    def close(self) -> None:
+        """Stop accepting; close every session with a close frame."""
+        if self._server is not None:
+            self._server.close()
+
+    async def wait_closed(self) -> None:
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    def refuse(self, who: Connection | str, kind: str, reason: str) -> None:
+        """One log line and one counter for every refusal and forced close."""
+        where = who.session.id if isinstance(who, Connection) else who
+        log.warning("refused %s: %s (%s)", where, reason, kind, extra={"session": where, "refusal": kind})
+        self.metrics.inc("duplex_refusals_total", kind=kind)
+
+    def observe(self, event: ServerEvent) -> None:
+        """Count what the server tells clients."""
+        m = self.metrics
+        if isinstance(event, ResponseDone):
+            m.inc("duplex_replies_total", status=event.response.status)
+            first = (event.response.timings or {}).get("first_audio")
+            if first is not None:
+                m.observe("duplex_first_audio_seconds", first / 1000)
+        elif isinstance(event, AudioPaused):
+            m.observe("duplex_barge_in_pause_seconds", event.detected_after_ms / 1000)
+        elif isinstance(event, TranscriptionCompleted) and event.recognition_ms is not None:
+            m.observe("duplex_recognition_seconds", event.recognition_ms / 1000)  # queue + decode
+        elif isinstance(event, TranscriptionFailed):
+            m.inc("duplex_recognition_failures_total")
+        elif isinstance(event, Error):
+            m.inc("duplex_errors_total", code=event.error.code)
+
+    def metrics_text(self) -> str:
+        m = self.metrics
+        m.set("duplex_sessions", len(self.connections))
+        m.set("duplex_tasks", len(asyncio.all_tasks()))
+        return m.render()
+
+    def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
+        path = request.path.split("?", 1)[0]
+        peer = "%s:%s" % (connection.remote_address[:2] if connection.remote_address else ("?", "?"))
+        if path in (REALTIME_PATH, REALTIME_PATH + "/"):
+            if not is_upgrade(request):
+                return text_response(HTTPStatus.UPGRADE_REQUIRED, "this endpoint speaks WebSocket")
+            cfg = self.config
+            refusal = access.check(request, api_key=cfg.api_key,
+                                   origins=access.allowed_origins(cfg.allowed_origins, cfg.host, self.port))
+            if refusal is not None:
+                self.refuse(peer, "forbidden" if refusal.status == HTTPStatus.FORBIDDEN else "unauthorized",
+                            refusal.reason)
+                return text_response(refusal.status, refusal.reason)
+            if len(self.connections) >= cfg.max_sessions:
+                self.refuse(peer, "capacity", f"{cfg.max_sessions} sessions already")
+                return text_response(HTTPStatus.SERVICE_UNAVAILABLE, "too many sessions")
+            return None
+        if path == "/healthz":
+            return json_response(HTTPStatus.OK, {"status": "ok", "sessions": len(self.connections)})
+        if path == "/metrics":
+            return metrics_response(self.metrics_text())
+        if is_upgrade(request):
+            return text_response(HTTPStatus.NOT_FOUND, f"WebSocket endpoint is {REALTIME_PATH}")
+        return static_file(self.config.web_dir, path)
+
+    async def _handle(self, ws: ServerConnection) -> None:
+        beta = "realtime=v1" in (ws.request.headers.get("OpenAI-Beta") or "") if ws.request else False
+        conn = Connection(self, ws, BETA if beta else GA)
+        self.connections.add(conn)
+        self.metrics.inc("duplex_sessions_total")
+        log.info("session opened", extra={"session": conn.session.id})
+        try:
+            await conn.run()
+        except Exception:
+            log.exception("session crashed", extra={"session": conn.session.id})
+        finally:
+            self.connections.discard(conn)
+            log.info("session closed", extra={"session": conn.session.id})
+            if not self.connections:
+                release_idle_memory()  # the last one out: what a burst of sessions held goes back
+
+
+def _select_subprotocol(connection: ServerConnection, subprotocols: list[str]) -> str | None:
+    """Answer ``realtime`` when offered; never echo the API-key subprotocol back."""
+    if "realtime" in subprotocols:
+        return "realtime"
+    return next((p for p in subprotocols if not p.startswith(access.KEY_PROTOCOL)), None)

@@ -1,0 +1,1 @@
+"""One harness for tests, benchmarks and the load test: ports, a spawned server, statistics, tiny models."""

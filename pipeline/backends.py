@@ -1,0 +1,33 @@
+"""The stages one server runs, behind their Protocols."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from duplex.pipeline.recognizer import Recognizer
+from duplex.pipeline.talker import Talker
+from duplex.pipeline.thinker import EchoThinker, Thinker
+from duplex.pipeline.vocoder import Vocoder
+from duplex.pipeline.voice_activity import VoiceActivity
+
+
+@dataclass(slots=True)
+class Backends:
+    """A talker and vocoder shared by every session, the thinker that decides what
+    to say, and the listening parts (none: no server VAD, nothing transcribed)."""
+
+    talker: Talker
+    vocoder: Vocoder
+    thinker: Thinker = field(default_factory=EchoThinker)
+    voice_activity: VoiceActivity | None = None
+    recognizer: Recognizer | None = None
+
+    async def aclose(self) -> None:
+        """Stop every backend that holds workers or an engine."""
+        try:
+            if self.recognizer is not None:
+                await self.recognizer.aclose()
+            await self.thinker.aclose()
+        finally:
+            await self.talker.aclose()
+

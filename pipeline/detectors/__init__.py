@@ -1,0 +1,1 @@
+"""Listening models that decide about audio windows: voice activity (and, later, end of turn)."""

@@ -1,0 +1,1 @@
+"""Speech recognisers behind the :class:`~duplex.pipeline.recognizer.Recognizer` protocol."""
