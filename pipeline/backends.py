@@ -30,4 +30,3 @@ class Backends:
             await self.thinker.aclose()
         finally:
             await self.talker.aclose()
-

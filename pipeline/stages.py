@@ -22,9 +22,9 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from duplex.pipeline.frames import AudioBuffer
+from duplex.pipeline.segmenter import Segment, Segmenter
 from duplex.pipeline.stream import BoundedEventStream, ChunkEvent, Sequencer
 from duplex.pipeline.talker import SpeechRequest, Talker, TalkerChunk, WordMark
-from duplex.pipeline.segmenter import Segment, Segmenter
 from duplex.pipeline.thinker import Thinker, ThinkRequest
 from duplex.pipeline.vocoder import Vocoder, VocoderStream
 
@@ -93,9 +93,13 @@ class ReplyStats:
 
     def timings_ms(self) -> dict[str, float]:
         """The latency report a reply's ``response.done`` carries."""
-        names = {"thinker_first_text": self.thinker_first_text_s, "thinker_first_clause": self.thinker_first_segment_s,
-                 "thinker_done": self.thinker_done_s, "talker_first_chunk": self.talker_first_chunk_s,
-                 "vocoder_first_chunk": self.vocoder_first_chunk_s}
+        names = {
+            "thinker_first_text": self.thinker_first_text_s,
+            "thinker_first_clause": self.thinker_first_segment_s,
+            "thinker_done": self.thinker_done_s,
+            "talker_first_chunk": self.talker_first_chunk_s,
+            "vocoder_first_chunk": self.vocoder_first_chunk_s,
+        }
         return {k: round(v * 1000, 2) for k, v in names.items() if v is not None}
 
 
@@ -208,8 +212,10 @@ class ReplyStages:
                         if self.stats.talker_first_chunk_s is None:
                             self.stats.talker_first_chunk_s = self.stats.since()
                         self.stats.talker_chunks += 1
-                        words = tuple(WordMark(w.start + segment.offset, w.end + segment.offset, w.position + base)
-                                      for w in chunk.words)
+                        words = tuple(
+                            WordMark(w.start + segment.offset, w.end + segment.offset, w.position + base)
+                            for w in chunk.words
+                        )
                         out = TalkerChunk(chunk.audio, words, text)
                         text = ""
                         spoken += chunk.audio.length
@@ -259,12 +265,14 @@ class ReplyStages:
                 if stream is None and talked:
                     stream = self.vocoder.open(talked[0].rate, self.output_rate)
                 if stream is not None:
-                    pending.extend(WordMark(w.start, w.end, stream.output_position(w.position))
-                                   for c in chunks for w in c.words)
+                    pending.extend(
+                        WordMark(w.start, w.end, stream.output_position(w.position)) for c in chunks for w in c.words
+                    )
                 if not sounding:
                     await emit(None)
                     continue
                 audio = _join(sounding)
+                assert stream is not None  # sounding audio came from the talker, which opened it
                 if self.vocoder.blocking:
                     pcm = await asyncio.to_thread(stream.push, audio)
                 else:
@@ -280,8 +288,9 @@ class ReplyStages:
         empty = AudioBuffer.pcm(np.zeros(0, np.int16), self.output_rate, "engine")
         try:
             async for event in self.text_queue:
-                await self.output_queue.put(seq.event("text", OutputChunk(empty, 0, (), event.payload.text),
-                                                      self.watermark()))
+                await self.output_queue.put(
+                    seq.event("text", OutputChunk(empty, 0, (), event.payload.text), self.watermark())
+                )
         finally:
             self.output_queue.close()
 

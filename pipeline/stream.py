@@ -251,8 +251,6 @@ class Sequencer:
 
     def event(self, kind: str, payload: Any, input_watermark: int = 0) -> ChunkEvent:
         """The next event of this producer."""
-        ev = ChunkEvent(
-            self.request_id, self.stage_id, self._seq, self.epoch, kind, payload, input_watermark
-        )
+        ev = ChunkEvent(self.request_id, self.stage_id, self._seq, self.epoch, kind, payload, input_watermark)
         self._seq += 1
         return ev

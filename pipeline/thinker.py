@@ -12,7 +12,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
-
 Message = dict[str, str]
 """A chat message: ``{"role": "system"|"user"|"assistant", "content": ...}``."""
 

@@ -103,7 +103,7 @@ class VadStream:
         self._pending = self._pending[n * size :]
         quiet = np.sqrt((windows.astype(np.float64) ** 2).mean(axis=1)) < self._floor
         out: list[VadWindow] = []
-        for w, hush in zip(windows, quiet):
+        for w, hush in zip(windows, quiet, strict=False):
             if hush and self._windows >= 16 and self._windows % 4 and not in_speech():
                 self._state.skip(w)
                 p = 0.0

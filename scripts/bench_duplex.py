@@ -12,40 +12,37 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
-import websockets
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from duplex.app.edge.config import ServerConfig  # noqa: E402
-from duplex.app.edge.server import DuplexServer  # noqa: E402
-from duplex.app.clients.simulated import SimulatedClient  # noqa: E402
-from duplex.pipeline.recognizers.pocketsphinx import PocketsphinxRecognizer, decode, new_decoder  # noqa: E402
-from duplex.pipeline.talkers.espeak import EspeakTalker  # noqa: E402
-from duplex.pipeline.voice_activity import SileroModel, StreamingVad  # noqa: E402
-from duplex.pipeline.vocoders.pcm import PcmVocoder  # noqa: E402
-from duplex.app.clients.sounds import cough, mix, noise, silence, speech, trim, voiced_bounds  # noqa: E402
+from duplex.app.clients.simulated import SimulatedClient
+from duplex.app.clients.sounds import cough, mix, noise, silence, speech, trim, voiced_bounds
+from duplex.app.core.listening import Listener
+from duplex.app.core.settings import TurnDetection
+from duplex.app.core.signals import Started
+from duplex.app.harness.servers import serving
+from duplex.app.harness.stats import pct
+from duplex.pipeline.backends import Backends
+from duplex.pipeline.detectors.silero_vad import SileroVad
+from duplex.pipeline.recognizers.pocketsphinx import PocketsphinxRecognizer, decode_utterance, new_decoder
+from duplex.pipeline.talkers.espeak import EspeakTalker
+from duplex.pipeline.vocoders.pcm import PcmVocoder
 
 RATE = 24000
 PHRASES = [
-    "wait, please stop talking now", "hold on a second", "no, that is not what I asked",
-    "can you repeat the last part", "excuse me, I have a question", "stop, stop, that is enough",
-    "actually, tell me about the weather", "sorry to interrupt you there",
+    "wait, please stop talking now",
+    "hold on a second",
+    "no, that is not what I asked",
+    "can you repeat the last part",
+    "excuse me, I have a question",
+    "stop, stop, that is enough",
+    "actually, tell me about the weather",
+    "sorry to interrupt you there",
 ]
 VOICES = ["en-us+klatt2", "en-us", "en-us+m3", "en-us+f3"]
 REPLY = " ".join(f"This is sentence number {i} of a long reply that keeps going." for i in range(20))
-
-
-def pct(values: list[float], q: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
 
 
 def ms(samples: float) -> float:
@@ -64,18 +61,19 @@ async def utterances(talker: EspeakTalker, quick: bool) -> list[tuple[np.ndarray
     return out
 
 
-def vad_onsets(model: SileroModel, utts: list[tuple[np.ndarray, str]]) -> tuple[list[float], float]:
+def vad_onsets(model: SileroVad, utts: list[tuple[np.ndarray, str]]) -> tuple[list[float], float]:
     """Decision delay after the true onset, and VAD CPU seconds per audio second."""
     delays, cpu, audio_s = [], 0.0, 0.0
     for pcm, _ in utts:
         lead = RATE
         signal = mix(silence(1.0), pcm, silence(1.0))
         true_on = lead + voiced_bounds(pcm, RATE)[0]
-        vad = StreamingVad(model, RATE)
+        ears = Listener(model, RATE, TurnDetection())
         c = time.process_time()
         decided = None
         for i in range(0, signal.size, RATE // 50):
-            if any(e.kind == "start" for e in vad.push(signal[i : i + RATE // 50])) and decided is None:
+            started = any(isinstance(s, Started) for s in ears.push(signal[i : i + RATE // 50], replying=False))
+            if started and decided is None:
                 decided = i + RATE // 50
         cpu += time.process_time() - c
         audio_s += signal.size / RATE
@@ -84,15 +82,11 @@ def vad_onsets(model: SileroModel, utts: list[tuple[np.ndarray, str]]) -> tuple[
     return delays, cpu / audio_s
 
 
-async def connect(port: int) -> SimulatedClient:
-    ws = await websockets.connect(f"ws://127.0.0.1:{port}/v1/realtime", max_size=None)
-    assert json.loads(await ws.recv())["type"] == "session.created"
-    return SimulatedClient(ws)
-
-
 async def start_reply(sim: SimulatedClient) -> str:
-    await sim.send("conversation.item.create", item={"type": "message", "role": "user",
-                                                     "content": [{"type": "input_text", "text": REPLY}]})
+    await sim.send(
+        "conversation.item.create",
+        item={"type": "message", "role": "user", "content": [{"type": "input_text", "text": REPLY}]},
+    )
     await sim.send("response.create")
     await sim.sync()
     return sim.of_type("response.created")[-1].event["response"]["id"]
@@ -101,7 +95,7 @@ async def start_reply(sim: SimulatedClient) -> str:
 async def barge_ins(port: int, utts: list[tuple[np.ndarray, str]]) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {"pause": [], "cancel": [], "trunc_err": [], "pause_wall": [], "stale": []}
     for pcm, _ in utts:
-        sim = await connect(port)
+        sim = await SimulatedClient.open(port)
         rid = await start_reply(sim)
         await sim.silence(1.5)
         true_on = sim.input_samples + voiced_bounds(pcm, RATE)[0]
@@ -126,7 +120,7 @@ async def false_cancels(port: int, talker: EspeakTalker, minutes: float) -> tupl
     """A long track of noise, coughs, clicks and backchannels and no real turn, over replies."""
     rng = np.random.default_rng(3)
     backchannels = [trim(await speech(talker, w, RATE), RATE) for w in ("uh huh", "mhm", "yeah", "okay", "hm")]
-    sim = await connect(port)
+    sim = await SimulatedClient.open(port)
     total = int(minutes * 60 * RATE)
     cancels = pauses = backchannel_count = 0
     rid = await start_reply(sim)
@@ -160,7 +154,7 @@ def asr_cpu(utts: list[tuple[np.ndarray, str]]) -> float:
     c = time.process_time()
     seconds = 0.0
     for pcm, _ in utts:
-        decode(decoder, pcm, RATE)
+        decode_utterance(decoder, pcm, RATE)
         seconds += pcm.size / RATE
     return (time.process_time() - c) / seconds
 
@@ -177,23 +171,22 @@ async def main() -> None:
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
     talker = EspeakTalker()
-    model = SileroModel()
+    model = SileroVad()
     recognizer = PocketsphinxRecognizer(workers=1)
     utts = await utterances(talker, args.quick)
     delays, vad_cpu = vad_onsets(model, utts)
-    server = DuplexServer(talker, PcmVocoder(), ServerConfig(port=0), vad_model=model, recognizer=recognizer)
-    await server.start()
     try:
-        b = await barge_ins(server.port, utts)
-        fc, pauses, backchannels, minutes = await false_cancels(server.port, talker, 0.5 if args.quick else 2.0)
+        async with serving(Backends(talker, PcmVocoder(), voice_activity=model, recognizer=recognizer)) as server:
+            b = await barge_ins(server.port, utts)
+            fc, pauses, backchannels, minutes = await false_cancels(server.port, talker, 0.5 if args.quick else 2.0)
     finally:
-        server.close()
-        await server.wait_closed()
         recognizer.close()
     asr = asr_cpu(utts[:8])
     base = statistics.median(delays)
-    print(f"\nDuplex listening benchmark: {len(utts)} interruptions ({len(VOICES[:2 if args.quick else None])} voices,"
-          " clean and 10 dB SNR), 20 ms client frames, times on the input clock\n")
+    print(
+        f"\nDuplex listening benchmark: {len(utts)} interruptions ({len(VOICES[: 2 if args.quick else None])} voices,"
+        " clean and 10 dB SNR), 20 ms client frames, times on the input clock\n"
+    )
     print("| metric | median | p95 | ratio / note |")
     print("|---|---|---|---|")
     print(row("VAD onset decision after true speech onset, in process (baseline)", delays))
@@ -202,8 +195,10 @@ async def main() -> None:
     print(row("true onset -> reply cancelled (response.done)", b["cancel"], base=base))
     print(row("truncation point vs played position at true onset", b["trunc_err"], note="|error|"))
     print(f"| stale audio bytes after cancel | {int(sum(b['stale']))} | | must be 0 |")
-    print(f"| false cancels on a {minutes:.1f} min noise/cough/click/backchannel track | "
-          f"{fc / minutes:.1f} per min | | {pauses} pauses, {backchannels} backchannels, all resumed |")
+    print(
+        f"| false cancels on a {minutes:.1f} min noise/cough/click/backchannel track | "
+        f"{fc / minutes:.1f} per min | | {pauses} pauses, {backchannels} backchannels, all resumed |"
+    )
     print(f"| VAD CPU per session | {vad_cpu * 100:.2f} % of a core | | real time = 100 % |")
     print(f"| recognition CPU per second of speech | {asr * 100:.0f} % of a core | | pocketsphinx, once per turn |")
     print(f"\nBarge-ins detected: {len(b['pause'])}/{len(utts)}; cancelled: {len(b['cancel'])}/{len(utts)}")

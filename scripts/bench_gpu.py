@@ -19,16 +19,13 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
 
 def bench_snac(device: str, weights: str | None, runs: int) -> list[str]:
     import numpy as np
     import torch
 
-    from duplex.pipeline.vocoders.snac import SnacVocoder
     from duplex.app.harness.models import build_snac
+    from duplex.pipeline.vocoders.snac import SnacVocoder
 
     path = weights or build_snac(Path(tempfile.mkdtemp()) / "snac")
     rows = []
@@ -50,8 +47,10 @@ def bench_snac(device: str, weights: str | None, runs: int) -> list[str]:
                 times.append(time.perf_counter() - t)
             audio = window * vocoder.frame_samples / vocoder.sample_rate
             med = statistics.median(times)
-            rows.append(f"| SNAC decode, {window}-frame window, {str(dtype).split('.')[-1]} | {med * 1000:.1f} ms "
-                        f"| {max(times) * 1000:.1f} ms | {med / audio:.4f} | {audio / med:.0f}x |")
+            rows.append(
+                f"| SNAC decode, {window}-frame window, {str(dtype).split('.')[-1]} | {med * 1000:.1f} ms "
+                f"| {max(times) * 1000:.1f} ms | {med / audio:.4f} | {audio / med:.0f}x |"
+            )
     return rows
 
 
@@ -72,7 +71,10 @@ async def bench_talker(model: str, layout_spec: str, runs: int) -> list[str]:
         rates.append(frames / (time.perf_counter() - t))
     await talker.aclose()
     med = statistics.median(rates)
-    return [f"| talker frames/s (tokens/s = x7) | {med:.1f} | {min(rates):.1f} (min) | {11.71875 / med:.4f} | {med / 11.71875:.0f}x |"]
+    return [
+        f"| talker frames/s (tokens/s = x7) | {med:.1f} | {min(rates):.1f} (min) | {11.71875 / med:.4f} "
+        f"| {med / 11.71875:.0f}x |"
+    ]
 
 
 def main() -> None:

@@ -14,128 +14,93 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
-import json
 import os
 import random
 import socket
-import statistics
-import subprocess
-import sys
 import time
-from pathlib import Path
 
-import websockets
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from duplex.app.clients.realtime import RealtimeClient
+from duplex.app.edge.config import ServerConfig
+from duplex.app.harness.procs import rss_kib
+from duplex.app.harness.servers import ServerProcess
+from duplex.app.harness.stats import median, pct
+from duplex.pipeline.stages import ReplyStages
+from duplex.pipeline.stream import ChunkEvent
+from duplex.pipeline.talker import SpeechRequest
+from duplex.pipeline.talkers.espeak import EspeakTalker
+from duplex.pipeline.vocoders.pcm import PcmVocoder
 
 SHORT = "Hello, this is a short reply."
 LONG = " ".join(f"This is sentence number {i} of a fairly long reply." for i in range(8))
 
 
-def pct(values: list[float], q: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
+async def open_client(port: int) -> RealtimeClient:
+    return await RealtimeClient.connect(port, keep=False, id_prefix="b")
 
 
-def rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise RuntimeError("no VmRSS")
+async def setup(c: RealtimeClient, text: str, pacing: bool) -> None:
+    await c.send("session.update", session={"pacing": {"enabled": pacing}, "turn_detection": None})
+    await c.until("session.updated")
+    await c.say(text)
 
 
-class Client:
-    def __init__(self, ws) -> None:
-        self.ws = ws
-        self.n = 0
+async def first_audio(c: RealtimeClient) -> tuple[float, float, float]:
+    """(seconds to first delta, audio seconds, wall seconds) for one reply."""
+    t0 = time.perf_counter()
+    await c.send("response.create")
+    first, samples = None, 0
+    while True:
+        ev = await c.recv()
+        if ev["type"] == "response.output_audio.delta":
+            if first is None:
+                first = time.perf_counter() - t0
+            samples += len(base64.b64decode(ev["delta"])) // 2
+        elif ev["type"] == "response.done":
+            return first or 0.0, samples / 24000, time.perf_counter() - t0
 
-    @classmethod
-    async def open(cls, port: int) -> Client:
-        ws = await websockets.connect(f"ws://127.0.0.1:{port}/v1/realtime", max_size=None, compression=None)
-        c = cls(ws)
-        assert json.loads(await ws.recv())["type"] == "session.created"
-        return c
 
-    async def send(self, etype: str, **fields) -> None:
-        self.n += 1
-        await self.ws.send(json.dumps({"type": etype, "event_id": f"b{self.n}", **fields}))
+async def turn(c: RealtimeClient) -> tuple[float, float]:
+    """A paced reply, cancelled after its first audio: (first audio s, cancel s)."""
+    t0 = time.perf_counter()
+    await c.send("response.create")
+    await c.until("response.output_audio.delta")
+    first = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    await c.send("response.cancel")
+    done = await c.until("response.done")
+    assert done["response"]["status"] == "cancelled"
+    return first, time.perf_counter() - t1
 
-    async def until(self, etype: str) -> dict:
-        while True:
-            ev = json.loads(await self.ws.recv())
-            if ev["type"] == etype:
-                return ev
-            if ev["type"] == "error":
-                raise RuntimeError(ev["error"])
 
-    async def setup(self, text: str, pacing: bool) -> None:
-        await self.send("session.update", session={"pacing": {"enabled": pacing}, "turn_detection": None})
-        await self.until("session.updated")
-        await self.send("conversation.item.create", item={"type": "message", "role": "user",
-                                                         "content": [{"type": "input_text", "text": text}]})
-        await self.until("conversation.item.added")
-
-    async def first_audio(self) -> tuple[float, float, float]:
-        """(seconds to first delta, audio seconds, wall seconds) for one reply."""
-        t0 = time.perf_counter()
-        await self.send("response.create")
-        first, samples = None, 0
-        while True:
-            ev = json.loads(await self.ws.recv())
-            if ev["type"] == "response.output_audio.delta":
-                if first is None:
-                    first = time.perf_counter() - t0
-                samples += len(base64.b64decode(ev["delta"])) // 2
-            elif ev["type"] == "response.done":
-                return first or 0.0, samples / 24000, time.perf_counter() - t0
-
-    async def turn(self) -> tuple[float, float]:
-        """A paced reply, cancelled after its first audio: (first audio s, cancel s)."""
-        t0 = time.perf_counter()
-        await self.send("response.create")
-        await self.until("response.output_audio.delta")
-        first = time.perf_counter() - t0
-        t1 = time.perf_counter()
-        await self.send("response.cancel")
-        done = await self.until("response.done")
-        assert done["response"]["status"] == "cancelled"
-        return first, time.perf_counter() - t1
-
-    async def round_trip(self, item_id: str) -> float:
-        t0 = time.perf_counter()
-        await self.send("conversation.item.retrieve", item_id=item_id)
-        await self.until("conversation.item.retrieved")
-        return time.perf_counter() - t0
+async def round_trip(c: RealtimeClient, item_id: str) -> float:
+    t0 = time.perf_counter()
+    await c.send("conversation.item.retrieve", item_id=item_id)
+    await c.until("conversation.item.retrieved")
+    return time.perf_counter() - t0
 
 
 async def baseline_engine(turns: int) -> tuple[list[float], float]:
     """In-process engine, no server: first chunk latency and audio/wall throughput."""
-    from duplex.pipeline.stages import Reply
-    from duplex.pipeline.talker import SpeechRequest
-    from duplex.pipeline.talkers.espeak import EspeakTalker
-    from duplex.pipeline.vocoders.pcm import PcmVocoder
-
     talker = EspeakTalker()
     firsts: list[float] = []
     for i in range(turns):
         t0 = time.perf_counter()
         first: list[float] = []
 
-        async def sink(ev) -> None:
+        async def sink(ev: ChunkEvent, first: list[float] = first, t0: float = t0) -> None:
             if not first:
                 first.append(time.perf_counter() - t0)
 
-        await Reply(talker, PcmVocoder(), SpeechRequest(f"b{i}", SHORT), epoch=i, output_rate=24000).run(sink)
+        await ReplyStages(talker, PcmVocoder(), SpeechRequest(f"b{i}", SHORT), epoch=i, output_rate=24000).run(sink)
         firsts.append(first[0])
     t0 = time.perf_counter()
     n = 0
 
-    async def count(ev) -> None:
+    async def count(ev: ChunkEvent) -> None:
         nonlocal n
         n += ev.payload.audio.length
 
-    await Reply(talker, PcmVocoder(), SpeechRequest("t", LONG), epoch=0, output_rate=24000).run(count)
+    await ReplyStages(talker, PcmVocoder(), SpeechRequest("t", LONG), epoch=0, output_rate=24000).run(count)
     rtf = (n / 24000) / (time.perf_counter() - t0)
     await talker.aclose()
     return firsts, rtf
@@ -144,26 +109,33 @@ async def baseline_engine(turns: int) -> tuple[list[float], float]:
 async def run_level(port: int, sessions: int, turns: int, rng: random.Random) -> dict[str, list[float]]:
     """Each session takes turns at random moments (0-1 s apart), as people do; then
     every session asks for a long reply unpaced, all at once."""
-    clients = await asyncio.gather(*(Client.open(port) for _ in range(sessions)))
+    clients = await asyncio.gather(*(open_client(port) for _ in range(sessions)))
     out: dict[str, list[float]] = {"first": [], "cancel": [], "speed": [], "rtt": []}
 
-    async def one(c: Client, think: list[float]) -> None:
-        await c.setup(SHORT, pacing=True)
-        await c.send("conversation.item.create", item={"id": f"x{id(c)}", "type": "message", "role": "user",
-                                                      "content": [{"type": "input_text", "text": SHORT}]})
+    async def one(c: RealtimeClient, think: list[float]) -> None:
+        await setup(c, SHORT, pacing=True)
+        await c.send(
+            "conversation.item.create",
+            item={
+                "id": f"x{id(c)}",
+                "type": "message",
+                "role": "user",
+                "content": [{"type": "input_text", "text": SHORT}],
+            },
+        )
         await c.until("conversation.item.added")
         for pause in think:
             await asyncio.sleep(pause)
-            first, cancel = await c.turn()
+            first, cancel = await turn(c)
             out["first"].append(first)
             out["cancel"].append(cancel)
-            out["rtt"].append(await c.round_trip(f"x{id(c)}"))
+            out["rtt"].append(await round_trip(c, f"x{id(c)}"))
 
     await asyncio.gather(*(one(c, [rng.uniform(0, 1) for _ in range(turns)]) for c in clients))
 
-    async def unpaced(c: Client) -> None:
-        await c.setup(LONG, pacing=False)
-        _, audio_s, wall_s = await c.first_audio()
+    async def unpaced(c: RealtimeClient) -> None:
+        await setup(c, LONG, pacing=False)
+        _, audio_s, wall_s = await first_audio(c)
         out["speed"].append(audio_s / wall_s)
 
     await asyncio.gather(*(unpaced(c) for c in clients))
@@ -173,7 +145,7 @@ async def run_level(port: int, sessions: int, turns: int, rng: random.Random) ->
 
 async def idle_rss(port: int, pid: int, n: int) -> float:
     base = rss_kib(pid)
-    clients = await asyncio.gather(*(Client.open(port) for _ in range(n)))
+    clients = await asyncio.gather(*(open_client(port) for _ in range(n)))
     await asyncio.sleep(1.0)
     per = (rss_kib(pid) - base) / n
     await asyncio.gather(*(c.ws.close() for c in clients))
@@ -183,11 +155,11 @@ async def idle_rss(port: int, pid: int, n: int) -> float:
 async def stalled_reader(port: int, pid: int, seconds: float) -> tuple[int, int]:
     """A client that asks for a long unpaced reply and then stops reading."""
     base = rss_kib(pid)
-    c = await Client.open(port)
+    c = await open_client(port)
     # Small receive buffer so the kernel does not soak up the reply for us.
     sock = c.ws.transport.get_extra_info("socket")
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    await c.setup(LONG * 4, pacing=False)
+    await setup(c, LONG * 4, pacing=False)
     await c.send("response.create")
     c.ws.transport.pause_reading()
     peak = 0
@@ -200,20 +172,8 @@ async def stalled_reader(port: int, pid: int, seconds: float) -> tuple[int, int]
     return peak, rss_kib(pid) - base
 
 
-def start_server(port: int) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-m", "duplex.app", "serve", "--port", str(port), "--log-level", "WARNING"],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    for _ in range(100):
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return proc
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError("server did not start")
-
-
 def row(name: str, values: list[float], unit: str, scale: float = 1.0, base: float | None = None) -> str:
-    med, p95 = statistics.median(values) * scale, pct(values, 0.95) * scale
+    med, p95 = median(values) * scale, pct(values, 0.95) * scale
     ratio = f"{med / base:.2f}x" if base else ""
     return f"| {name} | {med:.2f} {unit} | {p95:.2f} {unit} | {ratio} |"
 
@@ -223,41 +183,45 @@ async def main() -> None:
     ap.add_argument("--quick", action="store_true", help="fewer turns, 5 s stalled reader")
     args = ap.parse_args()
     turns = 4 if args.quick else 12
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     base_first, base_rtf = await baseline_engine(turns * 3)
     rng = random.Random(7)
-    proc = start_server(port)
-    try:
-        per_idle = await idle_rss(port, proc.pid, 100)
+    with ServerProcess().running() as server:
+        port, pid = server.port, server.pid
+        per_idle = await idle_rss(port, pid, 100)
         results = {n: await run_level(port, n, turns, rng) for n in (1, 10, 50)}
-        peak, after = await stalled_reader(port, proc.pid, 5 if args.quick else 30)
-    finally:
-        proc.terminate()
-        proc.wait(30)
-    from duplex.app.edge.config import ServerConfig
-
+        peak, after = await stalled_reader(port, pid, 5 if args.quick else 30)
     cfg = ServerConfig()
     bound_kib = (cfg.engine.talker_queue.max_bytes + cfg.engine.output_queue.max_bytes + cfg.write_limit) / 1024
-    rtt_1 = statistics.median(results[1]["rtt"])
+    rtt_1 = median(results[1]["rtt"])
     print(f"\nDuplex server benchmark: loopback, {os.cpu_count()} CPUs, built-in voice, 24 kHz out\n")
     print("| metric | median | p95 | ratio to baseline |")
     print("|---|---|---|---|")
     print(row("baseline: in-process engine, first chunk", base_first, "ms", 1000))
     print(row("baseline: protocol round trip (1 session)", results[1]["rtt"], "ms", 1000))
     for n, r in results.items():
-        print(row(f"first audio after response.create, {n} sessions (paced)", r["first"], "ms", 1000,
-                  statistics.median(base_first) * 1000))
+        print(
+            row(
+                f"first audio after response.create, {n} sessions (paced)",
+                r["first"],
+                "ms",
+                1000,
+                median(base_first) * 1000,
+            )
+        )
     for n, r in results.items():
         print(row(f"response.cancel -> response.done, {n} sessions", r["cancel"], "ms", 1000, rtt_1 * 1000))
     print(f"| baseline: in-process engine speed | {base_rtf:.0f}x real time | | |")
     for n, r in results.items():
-        print(f"| audio s per wall s per session, pacing off, {n} sessions | {statistics.median(r['speed']):.1f}x "
-              f"| min {min(r['speed']):.1f}x | {statistics.median(r['speed']) / base_rtf:.3f} |")
+        print(
+            f"| audio s per wall s per session, pacing off, {n} sessions | {median(r['speed']):.1f}x "
+            f"| min {min(r['speed']):.1f}x | {median(r['speed']) / base_rtf:.3f} |"
+        )
     print(f"| server RSS per idle session | {per_idle:.0f} KiB | | |")
-    print(f"| RSS growth, one client not reading for {5 if args.quick else 30} s | peak {peak} KiB | after close {after} KiB "
-          f"| bound {bound_kib:.0f} KiB |")
+    print(
+        f"| RSS growth, one client not reading for {5 if args.quick else 30} s | peak {peak} KiB "
+        f"| after close {after} KiB "
+        f"| bound {bound_kib:.0f} KiB |"
+    )
 
 
 if __name__ == "__main__":

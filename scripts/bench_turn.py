@@ -24,52 +24,54 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from duplex.app.clients.simulated import SimulatedClient
+from duplex.app.clients.sounds import mix, silence, speech, trim
+from duplex.app.harness.models import build_tiny_llama, text_token_ids
+from duplex.app.harness.servers import ServerProcess
+from duplex.app.harness.stats import median_p95
+from duplex.pipeline.talkers.espeak import EspeakTalker
 
-from duplex.app.clients.simulated import SimulatedClient  # noqa: E402
-from duplex.app.clients.sounds import mix, silence, speech, trim  # noqa: E402
-from duplex.pipeline.talkers.espeak import EspeakTalker  # noqa: E402
-
-QUESTIONS = ["hello how are you today", "the weather is nice and sunny", "what time is it now",
-             "can you hear me", "please tell me a story", "turn on the lights in the kitchen"]
-PARTS = ["end-of-turn detection", "recognition", "thinker first clause", "talker first chunk",
-         "vocoder, pacing and send", "network, client and hand-offs", "total: speech end -> first audio"]
-
-
-def pct(values: list[float], q: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
+QUESTIONS = [
+    "hello how are you today",
+    "the weather is nice and sunny",
+    "what time is it now",
+    "can you hear me",
+    "please tell me a story",
+    "turn on the lights in the kitchen",
+]
+PARTS = [
+    "end-of-turn detection",
+    "recognition",
+    "thinker first clause",
+    "talker first chunk",
+    "vocoder, pacing and send",
+    "network, client and hand-offs",
+    "total: speech end -> first audio",
+]
 
 
 async def turns(port: int, talker: EspeakTalker, n: int) -> list[dict[str, float]]:
-    import websockets
-
     out = []
     for i in range(n):
-        ws = await websockets.connect(f"ws://127.0.0.1:{port}/v1/realtime", max_size=None)
-        assert json.loads(await ws.recv())["type"] == "session.created"
-        sim = SimulatedClient(ws, realtime=True, ack_every_ms=None)
+        sim = await SimulatedClient.open(port, realtime=True, ack_every_ms=None)
         await sim.start()
         words = trim(await speech(talker, QUESTIONS[i % len(QUESTIONS)]), 24000)
         await sim.silence(0.4)
         end = sim.input_samples + words.size
         await sim.stream(mix(words, silence(5.0)))
         await sim.stop()
-        await ws.close()
+        await sim.client.close()
         ev = {r.event["type"]: r for r in reversed(sim.events)}  # first of each type
         if "response.output_audio.delta" not in ev or "response.done" not in ev:
             continue
-        stopped, heard = ev["input_audio_buffer.speech_stopped"], ev["conversation.item.input_audio_transcription.completed"]
+        stopped, heard = (
+            ev["input_audio_buffer.speech_stopped"],
+            ev["conversation.item.input_audio_transcription.completed"],
+        )
         first = ev["response.output_audio.delta"]
         t = [r.event["response"] for r in sim.of_type("response.done")][0].get("timings", {})
         # Wall clock throughout: when the frame holding the end of speech left the client.
@@ -88,62 +90,47 @@ async def turns(port: int, talker: EspeakTalker, n: int) -> list[dict[str, float
     return out
 
 
-def start_server(port: int, *extra: str) -> subprocess.Popen:
-    """``duplex serve`` in its own process: the client here must not share its GIL."""
-    proc = subprocess.Popen([sys.executable, "-m", "duplex.app", "serve", "--port", str(port), "--log-level", "WARNING",
-                             *extra], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env={**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"})
-    for _ in range(1200):
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return proc
-        except OSError:
-            if proc.poll() is not None:
-                raise RuntimeError(f"duplex serve {' '.join(extra)} exited with {proc.returncode}")
-            time.sleep(0.1)
-    raise RuntimeError("the server did not start")
-
-
 async def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--turns", type=int, default=8)
     args = ap.parse_args()
-    from duplex.app.harness.models import build_tiny_llama, text_token_ids
-
     talker = EspeakTalker()
     model = build_tiny_llama(Path(tempfile.mkdtemp()) / "tiny")
     setups = {
         "echo (baseline)": [],
-        "tiny vLLM chat model": ["--thinker", "vllm", "--thinker-model", str(model), "--max-tokens", "24",
-                                 "--temperature", "1.0",
-                                 "--thinker-sampling", json.dumps({"allowed_token_ids": text_token_ids()})],
+        "tiny vLLM chat model": [
+            "--thinker",
+            "vllm",
+            "--thinker-model",
+            str(model),
+            "--max-tokens",
+            "24",
+            "--temperature",
+            "1.0",
+            "--thinker-sampling",
+            json.dumps({"allowed_token_ids": text_token_ids()}),
+        ],
     }
     results = {}
     for name, extra in setups.items():
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        proc = start_server(port, *extra)
-        try:
-            results[name] = await turns(port, talker, args.turns)
-        finally:
-            proc.terminate()
-            proc.wait(60)
+        with ServerProcess(*extra).running() as server:
+            results[name] = await turns(server.port, talker, args.turns)
     base = results["echo (baseline)"]
-    print(f"\nTime to first audio of a spoken turn, split into parts (ms; median / p95 over {args.turns} turns, "
-          "server in its own process, client paced at real time, loopback, this CPU)\n")
+    print(
+        f"\nTime to first audio of a spoken turn, split into parts (ms; median / p95 over {args.turns} turns, "
+        "server in its own process, client paced at real time, loopback, this CPU)\n"
+    )
     print("| part | " + " | ".join(results) + " |")
     print("|---|" + "---|" * len(results))
     for part in PARTS:
-        cells = []
-        for name, rows in results.items():
-            v = [r[part] for r in rows]
-            cells.append(f"{statistics.median(v):.0f} / {pct(v, 0.95):.0f}" if v else "-")
+        cells = [median_p95([r[part] for r in rows]) for rows in results.values()]
         print(f"| {part} | " + " | ".join(cells) + " |")
     lm = [r["total: speech end -> first audio"] for r in results["tiny vLLM chat model"]]
     echo = [r["total: speech end -> first audio"] for r in base]
-    print(f"\nWith the language model in the loop a turn takes {statistics.median(lm) / statistics.median(echo):.2f}x "
-          "the echo baseline's time to first audio.")
+    print(
+        f"\nWith the language model in the loop a turn takes {statistics.median(lm) / statistics.median(echo):.2f}x "
+        "the echo baseline's time to first audio."
+    )
 
 
 if __name__ == "__main__":

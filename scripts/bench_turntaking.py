@@ -30,31 +30,42 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from duplex.app.edge.config import ServerConfig  # noqa: E402
-from duplex.app.clients.replay import Result, Runner  # noqa: E402
-from duplex.app.clients.scenario import parse  # noqa: E402
-from duplex.app.edge.server import DuplexServer  # noqa: E402
-from duplex.pipeline.recognizers.pocketsphinx import PocketsphinxRecognizer  # noqa: E402
-from duplex.pipeline.talkers.espeak import EspeakTalker  # noqa: E402
-from duplex.pipeline.voice_activity import SileroModel  # noqa: E402
-from duplex.pipeline.vocoders.pcm import PcmVocoder  # noqa: E402
+from duplex.app.clients.replay import Result, Runner
+from duplex.app.clients.scenario import parse
+from duplex.app.harness.servers import serving
+from duplex.app.harness.stats import median_p95
+from duplex.pipeline.backends import Backends
+from duplex.pipeline.detectors.silero_vad import SileroVad
+from duplex.pipeline.recognizers.pocketsphinx import PocketsphinxRecognizer
+from duplex.pipeline.talkers.espeak import EspeakTalker
+from duplex.pipeline.vocoders.pcm import PcmVocoder
 
 VOICES = ["en-us+klatt2", "en-us", "en-us+m3", "en-us+f3"]
-PAUSES = [("I would like", "to order a pizza"), ("please tell me", "a story about a dog"),
-          ("turn on", "the lights in the kitchen"), ("what is", "the weather like today")]
-QUESTIONS = ["hello how are you today", "the weather is nice and sunny", "what time is it now",
-             "can you hear me", "please tell me a story"]
+PAUSES = [
+    ("I would like", "to order a pizza"),
+    ("please tell me", "a story about a dog"),
+    ("turn on", "the lights in the kitchen"),
+    ("what is", "the weather like today"),
+]
+QUESTIONS = [
+    "hello how are you today",
+    "the weather is nice and sunny",
+    "what time is it now",
+    "can you hear me",
+    "please tell me a story",
+]
 BACKCHANNELS = ["uh huh", "mhm", "yeah", "okay", "hm", "right"]
-INTERRUPTIONS = ["wait, please stop talking now", "hold on a second", "no, that is not what I asked",
-                 "excuse me, I have a question"]
-REPLY = ("This is a reply that goes on for a while, sentence after sentence. It tells you about "
-         "the weather, the time, and many other things that you may or may not want to hear about.")
+INTERRUPTIONS = [
+    "wait, please stop talking now",
+    "hold on a second",
+    "no, that is not what I asked",
+    "excuse me, I have a question",
+]
+REPLY = (
+    "This is a reply that goes on for a while, sentence after sentence. It tells you about "
+    "the weather, the time, and many other things that you may or may not want to hear about."
+)
 
 # Full-Duplex-Bench v1, arXiv 2503.04721v3 Table III and the benchmark's repository README
 # (DanielLin94144/Full-Duplex-Bench; GPT-Realtime and PersonaPlex rows appear in the README only).
@@ -76,24 +87,55 @@ def scenarios(quick: bool) -> dict[str, list]:
     for i, (a, b) in enumerate(PAUSES):
         for v in voices:
             for gap in (0.25, 0.4):
-                out["pause"].append(parse({"step": [
-                    {"say": a, "voice": v}, {"silence": gap}, {"say": b, "voice": v},
-                    {"wait": "answered", "timeout": 15}]}, name=f"pause {i} {v} {gap}"))
+                out["pause"].append(
+                    parse(
+                        {
+                            "step": [
+                                {"say": a, "voice": v},
+                                {"silence": gap},
+                                {"say": b, "voice": v},
+                                {"wait": "answered", "timeout": 15},
+                            ]
+                        },
+                        name=f"pause {i} {v} {gap}",
+                    )
+                )
     for w in BACKCHANNELS:
         for v in voices:
-            out["backchannel"].append(parse({"step": [
-                {"message": REPLY}, {"wait": "heard", "seconds": 1.5}, {"say": w, "voice": v},
-                {"wait": "idle", "timeout": 30}]}, name=f"backchannel {w} {v}"))
+            out["backchannel"].append(
+                parse(
+                    {
+                        "step": [
+                            {"message": REPLY},
+                            {"wait": "heard", "seconds": 1.5},
+                            {"say": w, "voice": v},
+                            {"wait": "idle", "timeout": 30},
+                        ]
+                    },
+                    name=f"backchannel {w} {v}",
+                )
+            )
     for q in QUESTIONS:
         for v in voices:
-            out["turn"].append(parse({"step": [{"say": q, "voice": v}, {"wait": "answered", "timeout": 15}]},
-                                     name=f"turn {q} {v}"))
+            out["turn"].append(
+                parse({"step": [{"say": q, "voice": v}, {"wait": "answered", "timeout": 15}]}, name=f"turn {q} {v}")
+            )
     for q in INTERRUPTIONS:
         for v in voices:
             for at in (0.0, 1.5, 4.0):
-                out["interruption"].append(parse({"step": [
-                    {"message": REPLY}, {"wait": "heard", "seconds": at} if at else {"wait": "first_audio"},
-                    {"say": q, "voice": v}, {"wait": "answered", "timeout": 15}]}, name=f"interrupt {q} {v} {at}"))
+                out["interruption"].append(
+                    parse(
+                        {
+                            "step": [
+                                {"message": REPLY},
+                                {"wait": "heard", "seconds": at} if at else {"wait": "first_audio"},
+                                {"say": q, "voice": v},
+                                {"wait": "answered", "timeout": 15},
+                            ]
+                        },
+                        name=f"interrupt {q} {v} {at}",
+                    )
+                )
     return out
 
 
@@ -118,10 +160,8 @@ def judge(kind: str, r: Result) -> bool:
 
 
 def stat(values: list[float]) -> str:
-    if not values:
-        return "-"
-    s = sorted(values)
-    return f"{statistics.median(s) / 1000:.3f} / {s[min(len(s) - 1, round(0.95 * (len(s) - 1)))] / 1000:.3f}"
+    """Median / p95 in seconds of latencies in ms."""
+    return median_p95(values, scale=1 / 1000, digits=3)
 
 
 async def main() -> None:
@@ -130,12 +170,10 @@ async def main() -> None:
     ap.add_argument("--realtime-sample", type=int, default=8, help="turns and interruptions replayed at real time")
     args = ap.parse_args()
     talker = EspeakTalker()
-    server = DuplexServer(talker, PcmVocoder(), ServerConfig(port=0), vad_model=SileroModel(),
-                          recognizer=PocketsphinxRecognizer(workers=2))
-    await server.start()
-    runner = Runner(f"ws://127.0.0.1:{server.port}/v1/realtime", talker=talker)
+    recognizer = PocketsphinxRecognizer(workers=2)
     results: dict[str, list[Result]] = {}
-    try:
+    async with serving(Backends(talker, PcmVocoder(), voice_activity=SileroVad(), recognizer=recognizer)) as server:
+        runner = Runner(f"ws://127.0.0.1:{server.port}/v1/realtime", talker=talker)
         groups = scenarios(args.quick)
         for kind, group in groups.items():
             results[kind] = await runner.run_many(group)
@@ -143,15 +181,17 @@ async def main() -> None:
         for kind in ("turn", "interruption"):
             step = max(1, len(groups[kind]) // args.realtime_sample)
             results[f"{kind} (real time)"] = await live.run_many(groups[kind][::step][: args.realtime_sample])
-    finally:
-        server.close()
-        await server.wait_closed()
+    recognizer.close()
     tor = {k: rate([judge(k, r) for r in v]) for k, v in results.items() if "(" not in k}
     rt_turn = [x for r in results["turn (real time)"] for x in r.metrics["response"]]
     rt_int = [x for r in results["interruption (real time)"] for x in r.metrics["interruption"]]
     rt_stop = [x for r in results["interruption (real time)"] for x in r.metrics["stop"]]
-    rt_eot = [x for k in ("turn (real time)", "interruption (real time)") for r in results[k]
-              for x in r.metrics["end_of_turn"]]
+    rt_eot = [
+        x
+        for k in ("turn (real time)", "interruption (real time)")
+        for r in results[k]
+        for x in r.metrics["end_of_turn"]
+    ]
     lat = {
         "turn": [x for r in results["turn"] for x in r.metrics["response"]],
         "interruption": [x for r in results["interruption"] for x in r.metrics["interruption"]],
@@ -161,23 +201,33 @@ async def main() -> None:
     stale = sum(r.stale_bytes for v in results.values() for r in v)
     floor = statistics.median(lat["end_of_turn"]) if lat["end_of_turn"] else float("nan")
     n = {k: len(v) for k, v in results.items()}
-    print(f"\nTurn-taking (Full-Duplex-Bench style): {n['pause']} pauses, {n['backchannel']} backchannels, "
-          f"{n['turn']} turns, {n['interruption']} interruptions; latencies median / p95 in seconds, audio time\n")
-    print("| system | pause TOR ↓ | backchannel TOR ↓ | turn TOR ↑ | turn latency ↓ | interruption TOR ↑ "
-          "| interruption latency ↓ | stop latency ↓ |")
+    print(
+        f"\nTurn-taking (Full-Duplex-Bench style): {n['pause']} pauses, {n['backchannel']} backchannels, "
+        f"{n['turn']} turns, {n['interruption']} interruptions; latencies median / p95 in seconds, audio time\n"
+    )
+    print(
+        "| system | pause TOR ↓ | backchannel TOR ↓ | turn TOR ↑ | turn latency ↓ | interruption TOR ↑ "
+        "| interruption latency ↓ | stop latency ↓ |"
+    )
     print("|---|---|---|---|---|---|---|---|")
-    print(f"| **Duplex, real-time client** ({len(rt_turn)} turns, {len(rt_int)} interruptions) | | | | "
-          f"{stat(rt_turn)} | | {stat(rt_int)} | {stat(rt_stop)} |")
-    print(f"| **Duplex, fast replay** | {tor['pause']:.3f} | {tor['backchannel']:.3f} | {tor['turn']:.3f} | "
-          f"{stat(lat['turn'])} | {tor['interruption']:.3f} | {stat(lat['interruption'])} | {stat(lat['stop'])} |")
+    print(
+        f"| **Duplex, real-time client** ({len(rt_turn)} turns, {len(rt_int)} interruptions) | | | | "
+        f"{stat(rt_turn)} | | {stat(rt_int)} | {stat(rt_stop)} |"
+    )
+    print(
+        f"| **Duplex, fast replay** | {tor['pause']:.3f} | {tor['backchannel']:.3f} | {tor['turn']:.3f} | "
+        f"{stat(lat['turn'])} | {tor['interruption']:.3f} | {stat(lat['interruption'])} | {stat(lat['stop'])} |"
+    )
     for name, (p, b, t, tl, i, il) in ANCHORS.items():
         print(f"| {name} (published) | {p:.3f} | {b:.3f} | {t:.3f} | {tl:.3f} | {i:.3f} | {il:.3f} | |")
     turn_med = statistics.median(rt_turn) if rt_turn else float("nan")
     eot = statistics.median(rt_eot) if rt_eot else float("nan")
-    print(f"\nBaseline in this run: end of speech -> end-of-turn decision (speech_stopped) {floor:.0f} ms median in "
-          f"the fast replay, {eot:.0f} ms at real time (the 500 ms silence window plus Silero's tail); the real-time "
-          f"turn latency is {turn_med / eot:.2f}x that: recognition and the first chunk add {turn_med - eot:.0f} ms. "
-          f"Stale audio bytes over the whole run: {stale}.")
+    print(
+        f"\nBaseline in this run: end of speech -> end-of-turn decision (speech_stopped) {floor:.0f} ms median in "
+        f"the fast replay, {eot:.0f} ms at real time (the 500 ms silence window plus Silero's tail); the real-time "
+        f"turn latency is {turn_med / eot:.2f}x that: recognition and the first chunk add {turn_med - eot:.0f} ms. "
+        f"Stale audio bytes over the whole run: {stale}."
+    )
     failures = [(r.name, r.failures) for v in results.values() for r in v if not r.passed]
     if failures:
         print(f"{len(failures)} scenario(s) hit a timeout or error: {failures[:3]}")

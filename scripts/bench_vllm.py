@@ -15,42 +15,25 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from duplex.app.harness.procs import cpu_seconds, descendants
+from duplex.app.harness.stats import pct
 
 TEXT = "This is a sentence for the benchmark, long enough to make a few seconds of speech."
 
 
-def pct(values: list[float], q: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
-
-
-def descendants(pid: int) -> list[int]:
-    out = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        kids = (task / "children").read_text().split()
-        for k in map(int, kids):
-            out += [k, *descendants(k)]
-    return out
-
-
-def cpu_seconds(pids: list[int]) -> float:
+def cpu_of(pids: list[int]) -> float:
+    """CPU seconds of these processes (those gone count 0)."""
     total = 0.0
-    tick = os.sysconf("SC_CLK_TCK")
     for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / tick
-        except (FileNotFoundError, IndexError):
-            pass
+        with contextlib.suppress(FileNotFoundError, IndexError):
+            total += cpu_seconds(pid)
     return total
 
 
@@ -59,12 +42,12 @@ async def main() -> None:
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
     runs = 4 if args.quick else 10
-    from duplex.pipeline.stages import Reply
+    from duplex.app.harness.models import build_snac, build_tiny_llama
+    from duplex.pipeline.stages import ReplyStages
     from duplex.pipeline.talker import SpeechRequest
     from duplex.pipeline.talkers.codec import CodecLayout
     from duplex.pipeline.talkers.vllm import CodecTalker, LocalEngine
     from duplex.pipeline.vocoders.snac import SnacVocoder
-    from duplex.app.harness.models import build_snac, build_tiny_llama
 
     tmp = Path(tempfile.mkdtemp(prefix="duplex-bench-"))
     model, snac = build_tiny_llama(tmp / "tiny"), build_snac(tmp / "snac")
@@ -116,7 +99,7 @@ async def main() -> None:
                 got["first"] = time.perf_counter() - t
             got["samples"] += ev.payload.audio.length
 
-        await Reply(talker, vocoder, SpeechRequest(f"p{i}", TEXT), epoch=i, output_rate=24000).run(sink)
+        await ReplyStages(talker, vocoder, SpeechRequest(f"p{i}", TEXT), epoch=i, output_rate=24000).run(sink)
         wall = time.perf_counter() - t
         rtf.append(wall / (got["samples"] / 24000))
         first.append(got["first"])
@@ -130,8 +113,9 @@ async def main() -> None:
             started.set()
             await asyncio.Event().wait()
 
-        task = asyncio.create_task(Reply(talker, vocoder, SpeechRequest(f"a{i}", TEXT * 3), epoch=i,
-                                         output_rate=24000).run(stall))
+        task = asyncio.create_task(
+            ReplyStages(talker, vocoder, SpeechRequest(f"a{i}", TEXT * 3), epoch=i, output_rate=24000).run(stall)
+        )
         await started.wait()
         t = time.perf_counter()
         task.cancel()
@@ -142,27 +126,41 @@ async def main() -> None:
 
     # What the engine burns doing nothing.
     pids = descendants(os.getpid())
-    c0, w0 = cpu_seconds(pids), time.perf_counter()
+    c0, w0 = cpu_of(pids), time.perf_counter()
     await asyncio.sleep(5 if args.quick else 10)
-    idle = (cpu_seconds(pids) - c0) / (time.perf_counter() - w0)
+    idle = (cpu_of(pids) - c0) / (time.perf_counter() - w0)
     await talker.aclose()
 
     def row(name: str, values: list[float], unit: str, scale: float = 1.0, note: str = "") -> str:
-        return (f"| {name} | {statistics.median(values) * scale:.2f} {unit} | {pct(values, 0.95) * scale:.2f} {unit} "
-                f"| {note} |")
+        return (
+            f"| {name} | {statistics.median(values) * scale:.2f} {unit} | {pct(values, 0.95) * scale:.2f} {unit} "
+            f"| {note} |"
+        )
 
     talk_rtf = [dt / (f * 2048 / 24000) for f, dt in single]
-    print(f"\nvLLM talker + SNAC vocoder on this CPU ({os.cpu_count()} cores); tiny random Llama "
-          f"(2 layers, width 64), SNAC 24 kHz with random weights (real size); engine start {start_s:.1f} s\n")
+    print(
+        f"\nvLLM talker + SNAC vocoder on this CPU ({os.cpu_count()} cores); tiny random Llama "
+        f"(2 layers, width 64), SNAC 24 kHz with random weights (real size); engine start {start_s:.1f} s\n"
+    )
     print("| metric | median | p95 | note |")
     print("|---|---|---|---|")
     rows += [
         row("talker tokens/s, 1 stream (baseline)", tok_s, "tok/s"),
         row("talker codec frames/s, 1 stream", [x / 7 for x in tok_s], "frames/s", note="11.7 frames/s is real time"),
-        row("talker tokens/s, 4 streams together", quad, "tok/s", note=f"{statistics.median(quad) / statistics.median(tok_s):.1f}x one stream"),
+        row(
+            "talker tokens/s, 4 streams together",
+            quad,
+            "tok/s",
+            note=f"{statistics.median(quad) / statistics.median(tok_s):.1f}x one stream",
+        ),
         row("talker alone, real-time factor", talk_rtf, "", note="wall / audio"),
         row("SNAC decoder alone, real-time factor (16-frame window)", voc_rtf, "", note="wall / audio"),
-        row("talker + vocoder, real-time factor", rtf, "", note=f"{statistics.median(rtf) / statistics.median(voc_rtf):.1f}x the vocoder alone"),
+        row(
+            "talker + vocoder, real-time factor",
+            rtf,
+            "",
+            note=f"{statistics.median(rtf) / statistics.median(voc_rtf):.1f}x the vocoder alone",
+        ),
         row("first audio (request -> first PCM chunk)", first, "ms", 1000),
         row("abort (cancel -> engine runs nothing)", aborts, "ms", 1000),
     ]

@@ -13,73 +13,60 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import random
 import re
-import socket
-import statistics
-import subprocess
-import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
+from typing import Any
 
 import websockets
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from duplex.app.clients.simulated import SimulatedClient
+from duplex.app.clients.sounds import speech, trim
+from duplex.app.harness.procs import cpu_seconds, descendants, rss_kib
+from duplex.app.harness.servers import ServerProcess
+from duplex.app.harness.stats import median, pct
+from duplex.pipeline.talkers.espeak import EspeakTalker
 
-from duplex.app.clients.simulated import SimulatedClient  # noqa: E402
-from duplex.app.clients.sounds import mix, silence, speech, trim  # noqa: E402
-from duplex.pipeline.talkers.espeak import EspeakTalker  # noqa: E402
-
-QUESTIONS = ["hello how are you today", "the weather is nice and sunny", "please tell me a story about a dog",
-             "can you hear me", "turn on the lights in the kitchen"]
+QUESTIONS = [
+    "hello how are you today",
+    "the weather is nice and sunny",
+    "please tell me a story about a dog",
+    "can you hear me",
+    "turn on the lights in the kitchen",
+]
 INTERRUPTIONS = ["wait, please stop talking now", "hold on a second", "excuse me, I have a question"]
 
 
-def pct(values: list[float], q: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))] if s else float("nan")
+def tasks(server: ServerProcess) -> int:
+    """The server's asyncio tasks, from its metrics."""
+    found = re.search(r"^duplex_tasks (\S+)", server.http("/metrics").decode(), re.M)
+    assert found is not None
+    return int(float(found.group(1)))
 
 
-def rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
+def tally() -> dict[str, Any]:
+    return {
+        "turns": 0,
+        "barge_ins": 0,
+        "first_audio": [],
+        "recognition": [],
+        "pause": [],
+        "errors": [],
+        "stale": 0,
+        "cancelled": 0,
+        "completed": 0,
+        "failed": 0,
+        "untranscribed": 0,
+        "unanswered": 0,
+        "closed": [],
+    }
 
 
-def children(pid: int) -> list[int]:
-    """Every descendant of ``pid`` (the recognition worker processes)."""
-    out: list[int] = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        for child in (task / "children").read_text().split():
-            out += [int(child), *children(int(child))]
-    return out
-
-
-def cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def tasks(port: int) -> int:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
-    return int(float(re.search(r"^duplex_tasks (\S+)", text, re.M).group(1)))
-
-
-def tally() -> dict:
-    return {"turns": 0, "barge_ins": 0, "first_audio": [], "recognition": [], "pause": [], "errors": [], "stale": 0,
-            "cancelled": 0, "completed": 0, "failed": 0, "untranscribed": 0, "unanswered": 0, "closed": []}
-
-
-async def conversation(port: int, audio: dict, until: float, rng: random.Random, out: dict) -> None:
-    ws = await websockets.connect(f"ws://127.0.0.1:{port}/v1/realtime", max_size=None)
-    assert json.loads(await ws.recv())["type"] == "session.created"
-    sim = SimulatedClient(ws, realtime=True, frame_ms=40)
+async def conversation(port: int, audio: dict[str, Any], until: float, rng: random.Random, out: dict[str, Any]) -> None:
+    sim = await SimulatedClient.open(port, realtime=True, frame_ms=40)
     await sim.start()
     try:
         await sim.silence(rng.uniform(0.5, 6.0))  # people do not all start at once
@@ -115,10 +102,11 @@ async def conversation(port: int, audio: dict, until: float, rng: random.Random,
         out["closed"].append(str(exc))
     finally:
         await sim.stop()
-        await ws.close()
+        await sim.client.close()
     out["errors"] += [r.event["error"]["code"] for r in sim.of_type("error")]
-    out["recognition"] += [r.event["recognition_ms"]
-                           for r in sim.of_type("conversation.item.input_audio_transcription.completed")]
+    out["recognition"] += [
+        r.event["recognition_ms"] for r in sim.of_type("conversation.item.input_audio_transcription.completed")
+    ]
     out["untranscribed"] += len(sim.of_type("conversation.item.input_audio_transcription.failed"))
     out["stale"] += sum(h.stale_bytes for h in sim.heard.values())
     out["cancelled"] += sum(1 for r in sim.of_type("response.done") if r.event["response"]["status"] == "cancelled")
@@ -134,75 +122,88 @@ async def main() -> None:
     args = ap.parse_args()
     talker = EspeakTalker()
     audio = {t: trim(await speech(talker, t), 24000) for t in QUESTIONS + INTERRUPTIONS}
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    log = open(Path(tempfile.gettempdir()) / "duplex-load-server.log", "w")  # a pipe nobody reads would block it
-    proc = subprocess.Popen([sys.executable, "-m", "duplex.app", "serve", "--port", str(port), "--log-level", "WARNING"],
-                            cwd=ROOT, stdout=log, stderr=log)
-    for _ in range(200):
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                break
-        except OSError:
-            time.sleep(0.1)
+    # Its log goes to a file: a pipe nobody reads would block it.
+    server = ServerProcess(log=Path(tempfile.gettempdir()) / "duplex-load-server.log")
+    server.start()
+    port, pid = server.port, server.pid
     try:
         # Warm up (one conversation), then the baseline.
         await conversation(port, audio, time.monotonic() + 1, random.Random(0), tally())
         await asyncio.sleep(2)
-        base_rss, base_tasks = rss_kib(proc.pid), tasks(port)
+        base_rss, base_tasks = rss_kib(pid), tasks(server)
         out = tally()
         peak = {"rss": base_rss, "tasks": base_tasks}
-        workers = children(proc.pid)
-        cpu0 = (cpu_s(proc.pid), sum(cpu_s(w) for w in workers), time.process_time())
+        workers = descendants(pid)
+        cpu0 = (cpu_seconds(pid), sum(cpu_seconds(w) for w in workers), time.process_time())
         t0 = time.monotonic()
         after: list[tuple[int, int]] = []
         for r in range(args.rounds):
             until = time.monotonic() + args.seconds
 
-            async def watch() -> None:
+            async def watch(until: float = until) -> None:
                 while time.monotonic() < until:
                     await asyncio.sleep(2)
-                    peak["rss"] = max(peak["rss"], rss_kib(proc.pid))
-                    peak["tasks"] = max(peak["tasks"], await asyncio.to_thread(tasks, port))
+                    peak["rss"] = max(peak["rss"], rss_kib(pid))
+                    peak["tasks"] = max(peak["tasks"], await asyncio.to_thread(tasks, server))
 
-            await asyncio.gather(watch(), *(conversation(port, audio, until, random.Random(i + 1000 * r), out)
-                                            for i in range(args.sessions)))
+            await asyncio.gather(
+                watch(),
+                *(conversation(port, audio, until, random.Random(i + 1000 * r), out) for i in range(args.sessions)),
+            )
             await asyncio.sleep(3)  # let the server notice every close
-            after.append((rss_kib(proc.pid), tasks(port)))
+            after.append((rss_kib(pid), tasks(server)))
         wall = time.monotonic() - t0
-        cpu = [(b - a) / wall for a, b in zip(cpu0, (cpu_s(proc.pid), sum(cpu_s(w) for w in workers),
-                                                     time.process_time()))]
+        cpu1 = (cpu_seconds(pid), sum(cpu_seconds(w) for w in workers), time.process_time())
+        cpu = [(b - a) / wall for a, b in zip(cpu0, cpu1, strict=True)]
         worker_rss = sum(rss_kib(w) for w in workers)
     finally:
-        proc.terminate()
-        proc.wait(30)
-        log.close()
+        server.stop()
     rounds = f"{args.rounds} rounds of {args.seconds:.0f} s" if args.rounds > 1 else f"{args.seconds:.0f} s"
-    print(f"\nLoad test: {args.sessions} concurrent conversations for {rounds}, clients paced at real time, "
-          "each turn a question, the reply, a barge-in over it half the time, a pause\n")
+    print(
+        f"\nLoad test: {args.sessions} concurrent conversations for {rounds}, clients paced at real time, "
+        "each turn a question, the reply, a barge-in over it half the time, a pause\n"
+    )
     print("| measure | value |")
     print("|---|---|")
-    print(f"| turns / barge-ins / turns not answered within 15 s | {out['turns']} / {out['barge_ins']} / "
-          f"{out['unanswered']} |")
-    print(f"| replies completed / cancelled by barge-in / failed | {out['completed']} / {out['cancelled']} / {out['failed']} |")
-    print(f"| error events / failed transcriptions | {len(out['errors'])} {sorted(set(out['errors'])) or ''} "
-          f"/ {out['untranscribed']} |")
+    print(
+        f"| turns / barge-ins / turns not answered within 15 s | {out['turns']} / {out['barge_ins']} / "
+        f"{out['unanswered']} |"
+    )
+    print(
+        f"| replies completed / cancelled by barge-in / failed | {out['completed']} / {out['cancelled']} "
+        f"/ {out['failed']} |"
+    )
+    print(
+        f"| error events / failed transcriptions | {len(out['errors'])} {sorted(set(out['errors'])) or ''} "
+        f"/ {out['untranscribed']} |"
+    )
     print(f"| connections closed by the server | {len(out['closed'])} {sorted(set(out['closed']))[:3]} |")
     print(f"| stale or lost audio bytes (after done, or out of seq/epoch) | {out['stale']} |")
-    for name, key in (("speech end -> first audio", "first_audio"),
-                      ("  of which recognition (queue + decode)", "recognition"),
-                      ("barge-in onset -> pause event", "pause")):
+    for name, key in (
+        ("speech end -> first audio", "first_audio"),
+        ("  of which recognition (queue + decode)", "recognition"),
+        ("barge-in onset -> pause event", "pause"),
+    ):
         v = out[key]
-        print(f"| {name}: median / p95 / max | {statistics.median(v):.0f} / {pct(v, 0.95):.0f} / {max(v):.0f} ms |"
-              if v else f"| {name} | - |")
+        print(
+            f"| {name}: median / p95 / max | {median(v):.0f} / {pct(v, 0.95):.0f} / {max(v):.0f} ms |"
+            if v
+            else f"| {name} | - |"
+        )
     rss_after = " / ".join(str(a // 1024) for a, _ in after)
-    print(f"| server RSS: baseline / peak / after each round | {base_rss // 1024} / {peak['rss'] // 1024} / {rss_after} MiB |")
-    print(f"| server tasks: baseline / peak / after each round | {base_tasks} / {peak['tasks']} / "
-          f"{' / '.join(str(t) for _, t in after)} |")
+    print(
+        f"| server RSS: baseline / peak / after each round | {base_rss // 1024} / {peak['rss'] // 1024} "
+        f"/ {rss_after} MiB |"
+    )
+    print(
+        f"| server tasks: baseline / peak / after each round | {base_tasks} / {peak['tasks']} / "
+        f"{' / '.join(str(t) for _, t in after)} |"
+    )
     print(f"| recognition worker processes / their RSS | {len(workers)} / {worker_rss // 1024} MiB |")
-    print(f"| CPU (cores busy): server / recognition workers / load clients | "
-          f"{cpu[0]:.2f} / {cpu[1]:.2f} / {cpu[2]:.2f} of {os.cpu_count()} |")
+    print(
+        f"| CPU (cores busy): server / recognition workers / load clients | "
+        f"{cpu[0]:.2f} / {cpu[1]:.2f} / {cpu[2]:.2f} of {os.cpu_count()} |"
+    )
 
 
 if __name__ == "__main__":

@@ -63,8 +63,10 @@ async def server(backends: Backends, server_config: ServerConfig) -> AsyncIterat
 async def make_server(backends: Backends) -> AsyncIterator[Callable[..., Awaitable[DuplexServer]]]:
     """Start servers with custom configuration; all are closed afterwards."""
     async with AsyncExitStack() as started:
+
         async def make(**config: Any) -> DuplexServer:
             return await started.enter_async_context(
-                serving(backends, ServerConfig(**{"host": "127.0.0.1", "port": 0, **config})))
+                serving(backends, ServerConfig(**{"host": "127.0.0.1", "port": 0, **config}))
+            )
 
         yield make

@@ -11,8 +11,6 @@ import os
 import shutil
 from pathlib import Path
 
-import pytest
-
 from duplex.app.clients.sounds import mix, noise, silence, speech, trim, write_wav
 from tests.test_duplex import wer
 from tests.util import need
@@ -45,14 +43,24 @@ async def test_browser_client_hears_plays_and_is_interrupted(server, talker, tmp
     await _microphone(talker, mic)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     args = [
-        "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--use-fake-ui-for-media-stream",
-        "--use-fake-device-for-media-stream", f"--use-file-for-fake-audio-capture={mic}%noloop",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--use-fake-ui-for-media-stream",
+        "--use-fake-device-for-media-stream",
+        f"--use-file-for-fake-audio-capture={mic}%noloop",
         "--autoplay-policy=no-user-gesture-required",
     ]
     async with playwright.async_playwright() as p:
         browser = await p.chromium.launch_persistent_context(
-            str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True, args=args,
+            str(tmp_path / "profile"),
+            executable_path=CHROMIUM,
+            headless=True,
+            args=args,
             viewport={"width": 420, "height": 860},
         )
         try:
@@ -73,10 +81,13 @@ async def test_browser_client_hears_plays_and_is_interrupted(server, talker, tmp
             assert wer("hello how are you today", heard) <= 0.4, heard
 
             # 2. The reply is played by the page: its worklet counts the whole reply.
-            await page.wait_for_function("""() => {
+            await page.wait_for_function(
+                """() => {
                 const d = window.duplex, ids = Object.keys(d.received);
                 return ids.length >= 1 && d.events.includes('response.done')
-                    && (d.played[ids[0]] || 0) >= d.received[ids[0]] * 0.98; }""", timeout=20_000)
+                    && (d.played[ids[0]] || 0) >= d.received[ids[0]] * 0.98; }""",
+                timeout=20_000,
+            )
             first = await page.evaluate("Object.keys(window.duplex.received)[0]")
             received = await page.evaluate(f"window.duplex.received['{first}']")
             played = await page.evaluate(f"window.duplex.played['{first}']")
@@ -85,8 +96,9 @@ async def test_browser_client_hears_plays_and_is_interrupted(server, talker, tmp
             # 3. Talking over the second reply stops output within 150 ms of the pause event,
             #    and the page shows the reply cut where the listener stopped hearing it.
             await page.wait_for_function("window.duplex.pauses.length >= 1", timeout=30_000)
-            await page.wait_for_function("document.querySelector('.msg.assistant.truncated .cut') !== null",
-                                         timeout=20_000)
+            await page.wait_for_function(
+                "document.querySelector('.msg.assistant.truncated .cut') !== null", timeout=20_000
+            )
             await page.screenshot(path=str(ARTIFACTS / "browser-mid-conversation.png"), full_page=True)
             pause = await page.evaluate("window.duplex.pauses[0]")
             stop_ms = await page.evaluate("window.duplex.stopMs[0]")
@@ -100,8 +112,11 @@ async def test_browser_client_hears_plays_and_is_interrupted(server, talker, tmp
 
             # 4. Settings switch the session to binary audio frames; a typed message is
             #    answered and played through that path (once the interruption's own reply is over).
-            await page.wait_for_function("""() => window.duplex.events.filter(e => e === 'response.done').length >= 3
-                && window.duplex.buffered === 0""", timeout=20_000)
+            await page.wait_for_function(
+                """() => window.duplex.events.filter(e => e === 'response.done').length >= 3
+                && window.duplex.buffered === 0""",
+                timeout=20_000,
+            )
             await page.click("#settings summary")
             await page.check("#binary")
             await page.fill("#silence", "600")
@@ -110,9 +125,12 @@ async def test_browser_client_hears_plays_and_is_interrupted(server, talker, tmp
             replies = await page.evaluate("Object.keys(window.duplex.received).length")
             await page.fill("#text", "binary frames work")
             await page.keyboard.press("Enter")
-            await page.wait_for_function(f"""() => {{
+            await page.wait_for_function(
+                f"""() => {{
                 const d = window.duplex, ids = Object.keys(d.received);
-                return ids.length > {replies} && (d.played[ids[ids.length - 1]] || 0) > 12000; }}""", timeout=20_000)
+                return ids.length > {replies} && (d.played[ids[ids.length - 1]] || 0) > 12000; }}""",
+                timeout=20_000,
+            )
             await page.locator(".msg.assistant .text", has_text="binary frames work").wait_for(timeout=10_000)
             assert await page.evaluate("window.duplex.errors") == [], console
         finally:

@@ -12,18 +12,21 @@ import urllib.request
 
 import websockets
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from duplex.app.harness.net import free_port
 
 
 async def test_serve_starts_answers_and_closes_sessions_on_sigterm():
-    port = _free_port()
+    port = free_port()
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "duplex.app", "serve", "--port", str(port),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        sys.executable,
+        "-m",
+        "duplex.app",
+        "serve",
+        "--port",
+        str(port),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     try:
         async with asyncio.timeout(30):
@@ -60,9 +63,10 @@ def test_bad_port_is_a_clear_error(capsys):
 
 def test_thinker_configuration_is_checked_at_start(tmp_path):
     def serve(*args: str) -> tuple[int, str]:
-        from duplex.app.cli.main import main
         import contextlib
         import io
+
+        from duplex.app.cli.main import main
 
         err = io.StringIO()
         with contextlib.redirect_stderr(err):

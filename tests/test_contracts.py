@@ -30,8 +30,13 @@ def test_codes_buffer_shape_and_size():
 
 @pytest.mark.parametrize(
     "data, fmt",
-    [(np.zeros(4, np.float32), "pcm16"), (np.zeros((2, 2), np.int16), "pcm16"),
-     (np.zeros(4, np.int64), "codes"), (np.zeros((2, 2), np.float32), "codes"), (np.zeros(4, np.int16), "mp3")],
+    [
+        (np.zeros(4, np.float32), "pcm16"),
+        (np.zeros((2, 2), np.int16), "pcm16"),
+        (np.zeros(4, np.int64), "codes"),
+        (np.zeros((2, 2), np.float32), "codes"),
+        (np.zeros(4, np.int16), "mp3"),
+    ],
 )
 def test_buffer_rejects_wrong_shapes(data, fmt):
     with pytest.raises(ValueError):

@@ -45,8 +45,10 @@ async def connect(server, **session) -> SimulatedClient:
 
 
 async def start_reply(sim: SimulatedClient, text: str) -> str:
-    await sim.send("conversation.item.create", item={"type": "message", "role": "user",
-                                                     "content": [{"type": "input_text", "text": text}]})
+    await sim.send(
+        "conversation.item.create",
+        item={"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]},
+    )
     await sim.send("response.create")
     await sim.sync()
     return sim.of_type("response.created")[-1].event["response"]["id"]
@@ -179,8 +181,9 @@ async def test_turn_detection_settings_are_honoured(server, talker):
     assert sim.heard[rid].dropped == 0
     await sim.ws.close()
     # A longer silence window keeps two phrases in one turn.
-    sim = await connect(server, turn_detection={"type": "server_vad", "silence_duration_ms": 1200,
-                                                "create_response": False})
+    sim = await connect(
+        server, turn_detection={"type": "server_vad", "silence_duration_ms": 1200, "create_response": False}
+    )
     await sim.stream(mix(silence(0.5), words, silence(0.8), words, silence(1.5)))
     assert len(sim.of_type("input_audio_buffer.committed")) == 1
     stopped = sim.of_type("input_audio_buffer.speech_stopped")[0].event["audio_end_ms"]
@@ -205,10 +208,17 @@ async def test_same_input_at_any_speed_gives_the_same_events(server, talker):
         sim.frame = RATE * frame_ms // 1000
         await sim.stream(stream)
         await sim.ws.close()
-        keep = ("input_audio_buffer.speech_started", "input_audio_buffer.speech_stopped",
-                "input_audio_buffer.committed", "conversation.item.input_audio_transcription.completed")
-        return [(r.event["type"], r.event.get("audio_start_ms"), r.event.get("audio_end_ms"),
-                 r.event.get("transcript")) for r in sim.events if r.event["type"] in keep]
+        keep = (
+            "input_audio_buffer.speech_started",
+            "input_audio_buffer.speech_stopped",
+            "input_audio_buffer.committed",
+            "conversation.item.input_audio_transcription.completed",
+        )
+        return [
+            (r.event["type"], r.event.get("audio_start_ms"), r.event.get("audio_end_ms"), r.event.get("transcript"))
+            for r in sim.events
+            if r.event["type"] in keep
+        ]
 
     fine, coarse = await run(10), await run(100)
     assert fine == coarse
@@ -254,7 +264,9 @@ async def test_binary_audio_mode(server, talker):
     """Opt-in binary frames: raw PCM16 in, JSON header + binary PCM out, no base64."""
     ws = await websockets.connect(f"ws://127.0.0.1:{server.port}/v1/realtime", max_size=None)
     assert json.loads(await ws.recv())["type"] == "session.created"
-    await ws.send(json.dumps({"type": "session.update", "session": {"binary_audio": True, "pacing": {"enabled": False}}}))
+    await ws.send(
+        json.dumps({"type": "session.update", "session": {"binary_audio": True, "pacing": {"enabled": False}}})
+    )
     assert json.loads(await ws.recv())["session"]["binary_audio"] is True
     await ws.send(b"\x01\x02\x03")  # odd length: refused, nothing else changes
     err = json.loads(await ws.recv())

@@ -25,14 +25,14 @@ def test_envelope_is_the_rms_of_each_hop_and_forgets_the_distant_past():
     x[1600:1760] = 0.5  # exactly hop 10
     x[2000:2040] = 1.0  # a quarter of hop 12
     for i in range(0, x.size // 2, BLOCK):  # blocks that do not line up with hops
-        env.add(i, x[i:i + BLOCK])
+        env.add(i, x[i : i + BLOCK])
     assert env.level(1600, 1760) == pytest.approx(0.5)
     assert env.level(1700, 1800) == pytest.approx(0.5)  # any overlap counts
     assert env.level(1920, 2080) == pytest.approx(0.5)  # sqrt(40 / 160)
     assert env.level(0, 1600) == 0.0
     assert env.level(50_000, 60_000) == 0.0  # not written yet
     for i in range(x.size // 2, x.size, BLOCK):
-        env.add(i, x[i:i + BLOCK])
+        env.add(i, x[i : i + BLOCK])
     assert env.level(1600, 1760) == 0.0  # more than a second ago: gone, not aliased
 
 
@@ -44,10 +44,10 @@ async def _room(talker, delay: int, coupling: float, user_gain: float):
     spk = mix(silence(lead / RATE, RATE), reply).astype(np.float32) / 32768
     spk = np.pad(spk, (0, max(0, user_at + user.size + RATE - spk.size)))
     said = np.zeros(spk.size + delay, np.float32)
-    said[user_at:user_at + user.size] = user_gain * user.astype(np.float32) / 32768
+    said[user_at : user_at + user.size] = user_gain * user.astype(np.float32) / 32768
     rng = np.random.default_rng(3)
     mic = said + rng.normal(0, 0.0005, said.size).astype(np.float32)
-    mic[delay:delay + spk.size] += coupling * spk
+    mic[delay : delay + spk.size] += coupling * spk
     return spk, mic, lead, (user_at, user_at + user.size)
 
 
@@ -59,9 +59,9 @@ def _run(gate: EchoGate, spk: np.ndarray, mic: np.ndarray, lead: int) -> np.ndar
     n = min(spk.size, mic.size) // BLOCK * BLOCK
     s = 0
     for i in range(0, n, BLOCK):
-        env.add(i, spk[i:i + BLOCK])
+        env.add(i, spk[i : i + BLOCK])
         while s + FRAME <= i + BLOCK:
-            rms = float(np.sqrt(np.mean(mic[s:s + FRAME] ** 2)))
+            rms = float(np.sqrt(np.mean(mic[s : s + FRAME] ** 2)))
             admitted.append(gate.admit(rms, s, s + FRAME, env, (s - lead) / RATE if s >= lead else None))
             s += FRAME
     return np.array(admitted)
@@ -69,7 +69,7 @@ def _run(gate: EchoGate, spk: np.ndarray, mic: np.ndarray, lead: int) -> np.ndar
 
 def _frames_where(x: np.ndarray, over: float) -> np.ndarray:
     n = x.size // FRAME
-    return np.sqrt((x[:n * FRAME].reshape(n, FRAME) ** 2).mean(axis=1)) > over
+    return np.sqrt((x[: n * FRAME].reshape(n, FRAME) ** 2).mean(axis=1)) > over
 
 
 def _echo(spk: np.ndarray, delay: int, coupling: float) -> np.ndarray:
@@ -86,13 +86,13 @@ async def test_the_gate_learns_the_echo_path_keeps_the_echo_home_and_lets_the_us
     assert abs(20 * np.log10(gate.coupling / coupling)) <= 3.0, gate.coupling
     frame = np.arange(admitted.size) * FRAME
     echo_only = (frame >= lead + gate.calibrate_s * RATE) & ((frame + FRAME <= u0) | (frame >= u1))
-    echo_heard = _frames_where(_echo(spk, delay, coupling), 0.005)[:admitted.size]
+    echo_heard = _frames_where(_echo(spk, delay, coupling), 0.005)[: admitted.size]
     assert (echo_only & echo_heard).sum() > 40  # the echo was there to leak
     leaked = admitted & echo_only & echo_heard
     assert not leaked.any(), np.flatnonzero(leaked) * FRAME / RATE
     user = np.zeros(mic.size, np.float32)
     user[u0:u1] = mic[u0:u1] - _echo(spk, delay, coupling)[u0:u1]
-    voiced = _frames_where(user, 0.03)[:admitted.size]
+    voiced = _frames_where(user, 0.03)[: admitted.size]
     assert voiced.sum() > 20
     assert admitted[voiced].mean() >= 0.6, admitted[voiced].mean()  # enough for the server's VAD to hear a barge-in
 
@@ -108,7 +108,7 @@ async def test_each_reply_measures_the_path_again(talker):
     assert gate.fits == 2
     assert abs(gate.delay_s - 0.15) <= 0.015, gate.delay_s
     assert abs(20 * np.log10(gate.coupling / 0.5)) <= 3.0, gate.coupling
-    echo_heard = _frames_where(_echo(spk, 2400, 0.5), 0.005)[:admitted.size]
+    echo_heard = _frames_where(_echo(spk, 2400, 0.5), 0.005)[: admitted.size]
     assert echo_heard.sum() > 40
     assert not admitted[echo_heard].any()  # the louder echo never got through
 

@@ -17,9 +17,16 @@ from tests.util import stage_tasks, until
 MANY_SENTENCES = " ".join(f"This is sentence number {i}." for i in range(20))
 
 
-def _reply(talker, text: str, queues: StageQueues = StageQueues(), epoch: int = 1) -> ReplyStages:
-    return ReplyStages(talker, PcmVocoder(), SpeechRequest("resp_1", text), epoch=epoch, output_rate=24000,
-                 queues=queues, watermark=lambda: 1234)
+def _reply(talker, text: str, queues: StageQueues | None = None, epoch: int = 1) -> ReplyStages:
+    return ReplyStages(
+        talker,
+        PcmVocoder(),
+        SpeechRequest("resp_1", text),
+        epoch=epoch,
+        output_rate=24000,
+        queues=queues or StageQueues(),
+        watermark=lambda: 1234,
+    )
 
 
 async def test_reply_streams_resampled_audio_with_words(talker: EspeakTalker):
@@ -39,7 +46,7 @@ async def test_reply_streams_resampled_audio_with_words(talker: EspeakTalker):
     assert all(e.epoch == 1 and e.input_watermark == 1234 for e in got)
     assert [c.start for c in chunks] == list(np.cumsum([0] + [c.audio.length for c in chunks[:-1]]))
     words = [w for c in chunks for w in c.words]
-    assert [text[w.start:w.end] for w in words] == ["Stages", "joined", "by", "bounded", "streams"]
+    assert [text[w.start : w.end] for w in words] == ["Stages", "joined", "by", "bounded", "streams"]
     for c in chunks:  # a word is announced with the chunk its audio starts in (or earlier)
         assert all(w.position < c.end for w in c.words)
     assert stage_tasks() == []
@@ -114,7 +121,9 @@ class _FailingTalker:
 
 
 async def test_talker_failure_fails_the_reply_and_leaves_no_task(talker: EspeakTalker):
-    reply = ReplyStages(_FailingTalker(talker, 3), PcmVocoder(), SpeechRequest("r", MANY_SENTENCES), epoch=1, output_rate=24000)
+    reply = ReplyStages(
+        _FailingTalker(talker, 3), PcmVocoder(), SpeechRequest("r", MANY_SENTENCES), epoch=1, output_rate=24000
+    )
 
     async def sink(ev: ChunkEvent) -> None:
         pass

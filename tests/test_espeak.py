@@ -27,12 +27,12 @@ async def test_streams_pcm_with_word_positions(talker: EspeakTalker):
     assert 1.2 < pcm.size / 22050 < 5.0
     assert np.abs(pcm).max() > 3000
     words = [w for c in chunks for w in c.words]
-    assert [text[w.start:w.end] for w in words] == ["Hello", "there", "friend", "How", "are", "you", "today"]
+    assert [text[w.start : w.end] for w in words] == ["Hello", "there", "friend", "How", "are", "you", "today"]
     positions = [w.position for w in words]
     assert positions == sorted(positions) and positions[-1] < pcm.size
     # Each word's audio really starts near its mark: there is sound just after it.
     for w in words[1:]:
-        assert np.abs(pcm[w.position:w.position + 5512]).max() > 1000
+        assert np.abs(pcm[w.position : w.position + 5512]).max() > 1000
 
 
 async def test_clauses_are_synthesised_on_demand(talker: EspeakTalker, espeak_runtime: EspeakRuntime):
@@ -125,7 +125,7 @@ def test_split_for_speech_keeps_offsets():
     text = "First sentence. " + "a, " * 100 + "end!  Last one?"
     pieces = split_for_speech(text, max_chars=50)
     assert all(len(p) <= 50 for _, p in pieces)
-    assert all(text[o:o + len(p)] == p for o, p in pieces)
+    assert all(text[o : o + len(p)] == p for o, p in pieces)
     assert "".join(p for _, p in pieces).split() == text.split()
 
 

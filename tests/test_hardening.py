@@ -20,6 +20,7 @@ from duplex.app.clients.realtime import RealtimeClient, audio_of, pcm_b64
 from duplex.app.clients.simulated import SimulatedClient
 from duplex.app.clients.sounds import mix, silence, speech, trim
 from duplex.app.core.limits import SessionLimits
+from duplex.app.harness.procs import cpu_seconds
 from duplex.app.harness.servers import serving
 from duplex.pipeline.backends import Backends
 from duplex.pipeline.talker import TalkerError
@@ -48,9 +49,11 @@ async def test_api_key_from_header_query_or_subprotocol(make_server, caplog):
     assert await _refused(server.port) == 401
     assert await _refused(server.port, additional_headers={"Authorization": "Bearer wrong"}) == 401
     assert any("refused" in r.getMessage() and "API key" in r.getMessage() for r in caplog.records)
-    for kwargs in ({"additional_headers": {"Authorization": "Bearer sekret"}},
-                   {"query": "?api_key=sekret"},
-                   {"subprotocols": ["realtime", "openai-insecure-api-key.sekret"]}):
+    for kwargs in (
+        {"additional_headers": {"Authorization": "Bearer sekret"}},
+        {"query": "?api_key=sekret"},
+        {"subprotocols": ["realtime", "openai-insecure-api-key.sekret"]},
+    ):
         query = kwargs.pop("query", "")
         ws = await websockets.connect(_url(server.port, query), **kwargs)
         assert json.loads(await ws.recv())["type"] == "session.created"
@@ -58,8 +61,11 @@ async def test_api_key_from_header_query_or_subprotocol(make_server, caplog):
             assert ws.subprotocol == "realtime", "the key subprotocol is never echoed back"
         await ws.close()
     # The official SDK sends its key as a Bearer header.
-    client = AsyncOpenAI(api_key="sekret", base_url=f"http://127.0.0.1:{server.port}/v1",
-                         websocket_base_url=f"ws://127.0.0.1:{server.port}/v1")
+    client = AsyncOpenAI(
+        api_key="sekret",
+        base_url=f"http://127.0.0.1:{server.port}/v1",
+        websocket_base_url=f"ws://127.0.0.1:{server.port}/v1",
+    )
     async with client.realtime.connect(model="duplex") as conn:
         assert (await conn.recv()).type == "session.created"
     assert 'duplex_refusals_total{kind="unauthorized"} 2' in server.metrics_text()
@@ -151,10 +157,14 @@ async def test_a_client_that_stops_reading_is_closed_within_bounds(make_server):
     await ws.recv()
     sock = ws.transport.get_extra_info("socket")
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    for event in ({"type": "session.update", "session": {"pacing": {"enabled": False}}},
-                  {"type": "conversation.item.create", "item": {"type": "message", "role": "user",
-                                                                "content": [{"type": "input_text", "text": LONG * 3}]}},
-                  {"type": "response.create"}):
+    for event in (
+        {"type": "session.update", "session": {"pacing": {"enabled": False}}},
+        {
+            "type": "conversation.item.create",
+            "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": LONG * 3}]},
+        },
+        {"type": "response.create"},
+    ):
         await ws.send(json.dumps(event))
     ws.transport.pause_reading()  # and never read again
     await until(lambda: not server.connections, 30, what="the stalled client closed")
@@ -233,11 +243,6 @@ async def test_a_failing_stage_fails_the_reply_and_the_next_one_works(talker, st
         await c.close()
 
 
-def _cpu_s(pid: int) -> float:
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 async def test_recognition_decodes_outside_the_server_process(recognizer, talker):
     # pocketsphinx holds the GIL while it decodes: in the server's process it would
     # stall the event loop (VAD, barge-in, pacing) for the length of every decode.
@@ -245,9 +250,9 @@ async def test_recognition_decodes_outside_the_server_process(recognizer, talker
     text = await recognizer.transcribe(pcm, 24000)  # starts the worker
     assert "weather" in text, text
     (worker,) = recognizer.pids()
-    ours, theirs = time.process_time(), _cpu_s(worker)
+    ours, theirs = time.process_time(), cpu_seconds(worker)
     assert "weather" in await recognizer.transcribe(pcm, 24000)
-    ours, theirs = time.process_time() - ours, _cpu_s(worker) - theirs
+    ours, theirs = time.process_time() - ours, cpu_seconds(worker) - theirs
     assert theirs >= 0.1 and ours < 0.25 * theirs, (ours, theirs)
 
 
@@ -298,11 +303,21 @@ async def test_metrics_count_what_happened(server):
     await c.until("response.done")
     await c.send_raw("{bad json")
     await c.until("error")
-    text = await asyncio.to_thread(lambda: urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics").read().decode())
-    for needle in ('duplex_sessions 1', 'duplex_replies_total{status="completed"} 1',
-                   'duplex_cancels_total{reason="client_cancelled"} 1', 'duplex_errors_total{code="invalid_json"} 1',
-                   "duplex_bytes_in_total", "duplex_bytes_out_total", "duplex_queue_high_water_bytes",
-                   "duplex_stale_events_dropped_total", "duplex_first_audio_seconds_count 2", "duplex_tasks"):
+    text = await asyncio.to_thread(
+        lambda: urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics").read().decode()
+    )
+    for needle in (
+        "duplex_sessions 1",
+        'duplex_replies_total{status="completed"} 1',
+        'duplex_cancels_total{reason="client_cancelled"} 1',
+        'duplex_errors_total{code="invalid_json"} 1',
+        "duplex_bytes_in_total",
+        "duplex_bytes_out_total",
+        "duplex_queue_high_water_bytes",
+        "duplex_stale_events_dropped_total",
+        "duplex_first_audio_seconds_count 2",
+        "duplex_tasks",
+    ):
         assert needle in text, needle
     await c.close()
 

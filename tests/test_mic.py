@@ -28,7 +28,6 @@ RATE = 16000  # jackd's rate: every PortAudio stream on it must use it
 ECHO = 0.3  # speaker-to-microphone coupling, -10 dB
 
 
-
 def _jack_ok() -> bool:
     return subprocess.run(["jack_lsp"], capture_output=True, timeout=10).returncode == 0
 
@@ -43,8 +42,11 @@ def jack():
         need(False, f"the mic test needs sounddevice and libportaudio2 ({exc})")
     proc = None
     if not _jack_ok():
-        proc = subprocess.Popen(["jackd", "--no-realtime", "-d", "dummy", "-r", str(RATE), "-p", "512"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            ["jackd", "--no-realtime", "-d", "dummy", "-r", str(RATE), "-p", "512"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         for _ in range(100):
             if _jack_ok():
                 break
@@ -92,11 +94,11 @@ class Room:
             return
         spk = indata[:, 0].copy()
         self.heard.append(spk)
-        say = self.script[self.pos:self.pos + frames]
+        say = self.script[self.pos : self.pos + frames]
         out = np.zeros(frames, np.float32)
-        out[:say.size] = say
+        out[: say.size] = say
         echo = self.last[:frames]
-        out[:echo.size] += ECHO * echo  # what the speaker said a block ago reaches the mic
+        out[: echo.size] += ECHO * echo  # what the speaker said a block ago reaches the mic
         self.last = spk
         outdata[:, 0] = np.clip(out, -1, 1)
         self.pos += frames
@@ -107,8 +109,9 @@ class Room:
         from duplex.app.clients.mic import _set_jack_client_name
 
         self._name = _set_jack_client_name(self.sd, "room")
-        self.stream = self.sd.Stream(device=("system", "system"), samplerate=RATE, channels=1, dtype="float32",
-                                     callback=self.callback)
+        self.stream = self.sd.Stream(
+            device=("system", "system"), samplerate=RATE, channels=1, dtype="float32", callback=self.callback
+        )
         self.stream.start()
 
     def close(self) -> None:
@@ -123,9 +126,22 @@ class Room:
 async def _start_demo(url: str, jack_name: str) -> tuple[asyncio.subprocess.Process, list[str], asyncio.Task]:
     """The real `duplex mic` as a subprocess, its output lines collected as they come."""
     demo = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "duplex.app", "mic", "--url", url, "--input", "system", "--output", "system",
-        "--jack-name", jack_name, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        sys.executable,
+        "-m",
+        "duplex.app",
+        "mic",
+        "--url",
+        url,
+        "--input",
+        "system",
+        "--output",
+        "system",
+        "--jack-name",
+        jack_name,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     lines: list[str] = []
 
     async def read() -> None:
@@ -164,14 +180,21 @@ async def test_mic_demo_hears_answers_and_is_interrupted_through_a_virtual_room(
     demo, lines, reader = await _start_demo(f"ws://127.0.0.1:{server.port}/v1/realtime", "duplexmic")
     room = Room(script)
     try:
-        await until(lambda: any("connected" in ln for ln in lines) and "duplexmic:in_0" in _ports(), 30,
-                    what="the demo on JACK")
+        await until(
+            lambda: any("connected" in ln for ln in lines) and "duplexmic:in_0" in _ports(), 30, what="the demo on JACK"
+        )
         await asyncio.to_thread(room.open)
         await until(lambda: "room:in_0" in _ports(), 10, what="the room on JACK")
         # The room, not the (silent) dummy card, is the demo's world.
-        _wire([("system:capture_1", "duplexmic:in_0"), ("duplexmic:out_0", "system:playback_1"),
-               ("system:capture_1", "room:in_0"), ("room:out_0", "system:playback_1")],
-              [("room:out_0", "duplexmic:in_0"), ("duplexmic:out_0", "room:in_0")])
+        _wire(
+            [
+                ("system:capture_1", "duplexmic:in_0"),
+                ("duplexmic:out_0", "system:playback_1"),
+                ("system:capture_1", "room:in_0"),
+                ("room:out_0", "system:playback_1"),
+            ],
+            [("room:out_0", "duplexmic:in_0"), ("duplexmic:out_0", "room:in_0")],
+        )
         room.started.set()
         assert await asyncio.to_thread(room.done.wait, 60), "the script did not play out"
     finally:
@@ -193,7 +216,7 @@ async def test_mic_demo_hears_answers_and_is_interrupted_through_a_virtual_room(
     # ...and kept playing over its own echo until the user spoke (no self-interruption):
     # no silence longer than a pause between words, one interruption, cut where the user began.
     gaps, run = [], 0
-    for on in loud[reply_on // hop: stop_on // hop]:
+    for on in loud[reply_on // hop : stop_on // hop]:
         run = 0 if on else run + 1
         gaps.append(run)
     assert max(gaps) * 50 <= 400, f"the reply went quiet for {max(gaps) * 50} ms before the barge-in\n{log}"
@@ -201,7 +224,7 @@ async def test_mic_demo_hears_answers_and_is_interrupted_through_a_virtual_room(
     cut = int(next(ln for ln in lines if ln.startswith("reply cut at")).split()[3])
     assert cut >= (stop_on - reply_on) * 1000 / RATE - 300, f"cut at {cut} ms: it stopped before the user spoke\n{log}"
     # Talking over it stopped it: the first quiet stretch longer than a word gap.
-    quiet_from = next(i for i in range(stop_on // hop, len(loud) - 8) if not loud[i:i + 8].any()) * hop
+    quiet_from = next(i for i in range(stop_on // hop, len(loud) - 8) if not loud[i : i + 8].any()) * hop
     stop_ms = (quiet_from - stop_on) * 1000 / RATE
     assert stop_ms <= 500, f"output went on {stop_ms:.0f} ms after the user began\n{log}"
     assert "heard: 'please tell me" in log or "heard: " in log, log
@@ -228,10 +251,15 @@ async def test_mic_demo_reconnects_when_the_server_comes_back(jack, talker, make
 
 
 def test_mic_demo_names_a_missing_device(jack):
-    out = subprocess.run([sys.executable, "-m", "duplex.app", "mic", "--input", "no-such-microphone"],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "duplex.app", "mic", "--input", "no-such-microphone"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 1
     assert "no such audio device" in out.stderr and "--list-devices" in out.stderr
-    listed = subprocess.run([sys.executable, "-m", "duplex.app", "mic", "--list-devices"], capture_output=True, text=True,
-                            timeout=60)
+    listed = subprocess.run(
+        [sys.executable, "-m", "duplex.app", "mic", "--list-devices"], capture_output=True, text=True, timeout=60
+    )
     assert listed.returncode == 0 and "system" in listed.stdout

@@ -66,11 +66,16 @@ async def test_two_scenarios_on_two_connections_at_once(server, runner):
 
 
 async def test_a_failed_expectation_fails_the_scenario(server, runner):
-    scenario = parse({
-        "step": [{"silence": 0.5}, {"say": "hello how are you today"}, {"wait": "answered", "timeout": 15}],
-        "expect": [{"event": "response.done", "where": {"response.status": "cancelled"}, "count": 1},
-                   {"latency": "response", "max_ms": 1}],
-    }, name="wrong on purpose")
+    scenario = parse(
+        {
+            "step": [{"silence": 0.5}, {"say": "hello how are you today"}, {"wait": "answered", "timeout": 15}],
+            "expect": [
+                {"event": "response.done", "where": {"response.status": "cancelled"}, "count": 1},
+                {"latency": "response", "max_ms": 1},
+            ],
+        },
+        name="wrong on purpose",
+    )
     runner.url = f"ws://127.0.0.1:{server.port}/v1/realtime"
     result = await runner.run(scenario)
     assert not result.passed
@@ -97,13 +102,27 @@ async def test_replay_command_line(server, tmp_path):
     """``duplex replay`` as a user runs it: table, JSON report, WAVs, exit status."""
     good = Path(__file__).parent / "scenarios" / "plain_turn.toml"
     failing = tmp_path / "failing.toml"
-    failing.write_text('name = "expects a cancel"\n[[step]]\nsay = "hello how are you today"\n'
-                       '[[step]]\nwait = "answered"\n[[expect]]\nreplies = 1\nstatus = "cancelled"\n')
+    failing.write_text(
+        'name = "expects a cancel"\n[[step]]\nsay = "hello how are you today"\n'
+        '[[step]]\nwait = "answered"\n[[expect]]\nreplies = 1\nstatus = "cancelled"\n'
+    )
     report = tmp_path / "report.json"
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "duplex.app", "replay", str(good), str(failing),
-        "--url", f"ws://127.0.0.1:{server.port}/v1/realtime", "--report", str(report),
-        "--wav-dir", str(tmp_path / "wav"), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        sys.executable,
+        "-m",
+        "duplex.app",
+        "replay",
+        str(good),
+        str(failing),
+        "--url",
+        f"ws://127.0.0.1:{server.port}/v1/realtime",
+        "--report",
+        str(report),
+        "--wav-dir",
+        str(tmp_path / "wav"),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
     out, _ = await asyncio.wait_for(proc.communicate(), 120)
     text = out.decode()
     assert proc.returncode == 1, text

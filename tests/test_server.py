@@ -7,14 +7,13 @@ import json
 import urllib.request
 
 import numpy as np
-import pytest
 
+from duplex.app.clients.realtime import RealtimeClient, audio_of, pcm_b64
 from duplex.app.edge.server import DuplexServer
 from duplex.pipeline.stages import ReplyStages
 from duplex.pipeline.stream import ChunkEvent
 from duplex.pipeline.talker import SpeechRequest
 from duplex.pipeline.vocoders.pcm import PcmVocoder
-from duplex.app.clients.realtime import RealtimeClient, audio_of, pcm_b64
 from tests.util import stage_tasks, until
 
 LONG = " ".join(f"This is sentence number {i} of a long reply." for i in range(12))
@@ -47,9 +46,14 @@ async def test_reply_deltas_carry_response_id_epoch_and_transcript(server: Duple
     said = "".join(e["delta"] for e in c.events if e["type"] == "response.output_audio_transcript.delta")
     assert said == "Watermarks and epochs."
     order = [e["type"] for e in c.events]
-    assert order[-6:] == ["response.output_audio.done", "response.output_audio_transcript.done",
-                          "response.content_part.done", "response.output_item.done",
-                          "conversation.item.done", "response.done"]
+    assert order[-6:] == [
+        "response.output_audio.done",
+        "response.output_audio_transcript.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "conversation.item.done",
+        "response.done",
+    ]
     assert order.index("response.created") < order.index("response.output_item.added") < order.index(DELTA)
     await c.close()
 
@@ -105,22 +109,46 @@ async def test_bad_input_gets_named_errors_and_loses_nothing(make_server):
     await expect("invalid_event", c.send_raw("[1, 2]"))
     await expect("missing_type", c.send_raw('{"event_id": "e0"}'), event_id="e0")
     await expect("unknown_event", c.send("response.explode", event_id="e1"), event_id="e1")
-    await expect("invalid_type", c.send("conversation.item.truncate", item_id=5, content_index=0, audio_end_ms=0,
-                                        event_id="e2"), param="item_id", event_id="e2")
+    await expect(
+        "invalid_type",
+        c.send("conversation.item.truncate", item_id=5, content_index=0, audio_end_ms=0, event_id="e2"),
+        param="item_id",
+        event_id="e2",
+    )
     await expect("invalid_type", c.send("response.create", response="now"), param="response")
-    await expect("invalid_type", c.send("conversation.item.truncate", item_id=kept, content_index=True, audio_end_ms=0),
-                 param="content_index")
+    await expect(
+        "invalid_type",
+        c.send("conversation.item.truncate", item_id=kept, content_index=True, audio_end_ms=0),
+        param="content_index",
+    )
     await expect("missing_field", c.send("input_audio_buffer.append"), param="audio")
-    await expect("message_too_large", c.send_raw(json.dumps({"type": "input_audio_buffer.append", "audio": "A" * 70000})))
+    await expect(
+        "message_too_large", c.send_raw(json.dumps({"type": "input_audio_buffer.append", "audio": "A" * 70000}))
+    )
     await expect("invalid_audio", c.send("input_audio_buffer.append", audio="!!not base64!!"), param="audio")
     await expect("invalid_audio", c.send("input_audio_buffer.append", audio="AAAA"), param="audio")  # 3 bytes
-    await expect("unsupported_format", c.send("session.update", session={"audio": {"output": {"format": {"type": "audio/pcmu"}}}}))
-    await expect("unsupported_rate", c.send("session.update", session={"audio": {"input": {"format": {"type": "audio/pcm", "rate": 44100}}}}))
+    await expect(
+        "unsupported_format",
+        c.send("session.update", session={"audio": {"output": {"format": {"type": "audio/pcmu"}}}}),
+    )
+    await expect(
+        "unsupported_rate",
+        c.send("session.update", session={"audio": {"input": {"format": {"type": "audio/pcm", "rate": 44100}}}}),
+    )
     await expect("invalid_value", c.send("session.update", session={"voice": "no-such-voice"}), param="session.voice")
-    await expect("invalid_type", c.send("session.update", session={"pacing": {"enabled": "yes"}}), param="session.pacing.enabled")
-    await expect("invalid_audio", c.send("conversation.item.create", item={
-        "type": "message", "role": "user", "content": [{"type": "input_audio", "audio": "AAAA"}]}))
-    await expect("invalid_value", c.send("conversation.item.create", item={"type": "message", "role": "robot", "content": []}))
+    await expect(
+        "invalid_type", c.send("session.update", session={"pacing": {"enabled": "yes"}}), param="session.pacing.enabled"
+    )
+    await expect(
+        "invalid_audio",
+        c.send(
+            "conversation.item.create",
+            item={"type": "message", "role": "user", "content": [{"type": "input_audio", "audio": "AAAA"}]},
+        ),
+    )
+    await expect(
+        "invalid_value", c.send("conversation.item.create", item={"type": "message", "role": "robot", "content": []})
+    )
     await expect("item_not_found", c.send("conversation.item.retrieve", item_id="nope"))
     await expect("response_cancel_not_active", c.send("response.cancel"))
     await expect("binary_not_enabled", c.send_raw(b"\x00\x01"))
@@ -183,7 +211,7 @@ async def test_truncating_the_live_reply_cancels_it(server: DuplexServer):
     assert done["response"]["status"] == "cancelled"
     truncated = await c.until("conversation.item.truncated")
     assert truncated["audio_end_ms"] == 0
-    assert not [e for e in c.events[c.events.index(done):] if e["type"] == DELTA]
+    assert not [e for e in c.events[c.events.index(done) :] if e["type"] == DELTA]
     await c.close()
 
 

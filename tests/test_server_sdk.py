@@ -36,8 +36,11 @@ def _voiced_fraction(pcm: np.ndarray, rate: int = 24000) -> float:
 
 @pytest.mark.parametrize("beta", [False, True], ids=["ga", "beta"])
 async def test_openai_sdk_text_in_audio_out(server: DuplexServer, talker, beta: bool):
-    client = AsyncOpenAI(api_key="local", base_url=f"http://127.0.0.1:{server.port}/v1",
-                         websocket_base_url=f"ws://127.0.0.1:{server.port}/v1")
+    client = AsyncOpenAI(
+        api_key="local",
+        base_url=f"http://127.0.0.1:{server.port}/v1",
+        websocket_base_url=f"ws://127.0.0.1:{server.port}/v1",
+    )
     realtime = client.beta.realtime if beta else client.realtime
     delta_type = "response.audio.delta" if beta else "response.output_audio.delta"
     transcript_type = "response.audio_transcript.done" if beta else "response.output_audio_transcript.done"

@@ -24,8 +24,10 @@ def ev(etype: str, **data) -> ClientEvent:
 def wire(out: list[Any]) -> list[Any]:
     """The session's outputs with every event rendered as the wire's JSON object."""
     w = Wire("sess_test")
-    return [o if isinstance(o, (StartReply, CancelReply, Transcribe)) or type(o).__name__ == "Sync" else w.to_dict(o)
-            for o in out]
+    return [
+        o if isinstance(o, (StartReply, CancelReply, Transcribe)) or type(o).__name__ == "Sync" else w.to_dict(o)
+        for o in out
+    ]
 
 
 def chunk(rid: str, epoch: int, seq: int, start: int, n: int = 2400, words=(), text: str = "") -> ChunkEvent:
@@ -34,8 +36,13 @@ def chunk(rid: str, epoch: int, seq: int, start: int, n: int = 2400, words=(), t
 
 
 def start_reply(s: Session, text: str = "one two three") -> StartReply:
-    s.feed(ev("conversation.item.create", item={"type": "message", "role": "user",
-                                                "content": [{"type": "input_text", "text": text}]}), 0.0)
+    s.feed(
+        ev(
+            "conversation.item.create",
+            item={"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]},
+        ),
+        0.0,
+    )
     out = s.feed(ev("response.create"), 0.0)
     [action] = [o for o in out if isinstance(o, StartReply)]
     return action
@@ -63,8 +70,9 @@ def test_transcript_follows_the_audio_sent():
     a = start_reply(s, "one two three")
     out = wire(s.on_output(chunk(a.response_id, a.epoch, 0, 0, words=[WordMark(0, 3, 0)], text="one two three"), 0.0))
     assert [e["delta"] for e in out if e["type"] == "response.output_audio_transcript.delta"] == ["one"]
-    out = wire(s.on_output(chunk(a.response_id, a.epoch, 1, 2400,
-                                 words=[WordMark(4, 7, 3000), WordMark(8, 13, 4000)]), 0.0))
+    out = wire(
+        s.on_output(chunk(a.response_id, a.epoch, 1, 2400, words=[WordMark(4, 7, 3000), WordMark(8, 13, 4000)]), 0.0)
+    )
     assert [e["delta"] for e in out if e["type"] == "response.output_audio_transcript.delta"] == [" two three"]
     done = wire(s.on_reply_finished(a.response_id, 0.0))
     assert done[-1]["response"]["output"][0]["content"][0]["transcript"] == "one two three"
@@ -93,8 +101,11 @@ def test_same_input_faster_or_slower_gives_same_events():
 
 def test_decode_then_feed_unknown_field_types():
     s = Session("sess_test", 0.0)
-    out = wire(s.feed(decode_event('{"type":"session.update","session":{"audio":{"output":{"speed":3}}}}',
-                                   max_bytes=1000), 0.0))
+    out = wire(
+        s.feed(
+            decode_event('{"type":"session.update","session":{"audio":{"output":{"speed":3}}}}', max_bytes=1000), 0.0
+        )
+    )
     assert out[0]["type"] == "error" and out[0]["error"]["param"] == "session.audio.output.speed"
     assert s.settings.speed == 1.0
 

@@ -15,7 +15,7 @@ def boundaries(model, audio, **kwargs) -> tuple[list[tuple[str, int, int | None]
     ears = Listener(model, RATE, TurnDetection(threshold=0.5, silence_duration_ms=500), **kwargs)
     events: list[tuple[str, int, int | None]] = []
     for i in range(0, audio.size, 480):  # 20 ms frames, as clients send them
-        for s in ears.push(audio[i:i + 480], replying=False):
+        for s in ears.push(audio[i : i + 480], replying=False):
             if isinstance(s, Started):
                 events.append(("start", s.onset, None))
             elif isinstance(s, Stopped):
@@ -24,10 +24,21 @@ def boundaries(model, audio, **kwargs) -> tuple[list[tuple[str, int, int | None]
 
 
 async def test_energy_gate_skips_silence_but_keeps_every_boundary(vad_model, talker):
-    turns = [await speech(talker, text) for text in ("hello how are you today", "turn on the lights in the kitchen",
-                                                     "tell me a joke")]
-    audio = mix(silence(1.0), turns[0], silence(2.0), turns[1], silence(0.3), noise(0.5, level=3.0), silence(2.0),
-                turns[2], silence(2.0))
+    turns = [
+        await speech(talker, text)
+        for text in ("hello how are you today", "turn on the lights in the kitchen", "tell me a joke")
+    ]
+    audio = mix(
+        silence(1.0),
+        turns[0],
+        silence(2.0),
+        turns[1],
+        silence(0.3),
+        noise(0.5, level=3.0),
+        silence(2.0),
+        turns[2],
+        silence(2.0),
+    )
     gated, skipped = boundaries(vad_model, audio)
     ungated, none = boundaries(vad_model, audio, floor_dbfs=float("-inf"))
     assert none == 0 and skipped > 100, skipped  # most of the ~7 s of silence never reached the model
@@ -37,5 +48,5 @@ async def test_energy_gate_skips_silence_but_keeps_every_boundary(vad_model, tal
     # ~130 ms longer). A model that heard one silent window in four may mark an onset
     # one window (32 ms) off, never more.
     assert [e for e in gated if e[0] == "stop"] == [e for e in ungated if e[0] == "stop"]
-    for (_, a, _), (_, b, _) in zip(gated[::2], ungated[::2]):
+    for (_, a, _), (_, b, _) in zip(gated[::2], ungated[::2], strict=False):
         assert abs(a - b) <= 512 * RATE // 16000, (a, b)

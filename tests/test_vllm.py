@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from duplex.app.clients.sounds import mix, silence, speech, trim
-from duplex.pipeline.state import StateHandle, StateMismatch
-from duplex.pipeline.talker import SpeechRequest
 from duplex.app.clients.realtime import RealtimeClient, audio_of
+from duplex.app.clients.sounds import mix, silence, speech, trim
 from duplex.app.harness.servers import serving
 from duplex.pipeline.backends import Backends
+from duplex.pipeline.state import StateHandle, StateMismatch
+from duplex.pipeline.talker import SpeechRequest
 from tests.util import ask_for_a_long_answer, asked_while_listening, need
 
 HAVE_VLLM = all(importlib.util.find_spec(m) is not None for m in ("vllm", "snac", "torch"))
@@ -134,8 +134,12 @@ async def test_configuration_is_checked_before_anything_starts(tiny, tmp_path):
     model, snac = tiny
 
     def serve(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "duplex.app", "serve", "--port", "0", *args],
-                              capture_output=True, text=True, timeout=120)
+        return subprocess.run(
+            [sys.executable, "-m", "duplex.app", "serve", "--port", "0", *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
     r = serve("--talker", "vllm", "--model", str(tmp_path / "missing"), "--vocoder-weights", str(snac))
     assert r.returncode == 2 and "does not exist" in r.stderr
@@ -149,8 +153,16 @@ async def test_configuration_is_checked_before_anything_starts(tiny, tmp_path):
     assert r.returncode == 2 and "cannot hold the orpheus codec tokens" in r.stderr
     r = serve("--talker", "vllm", "--model", str(model), "--codec-layout", str(model / "codec_layout.json"))
     assert r.returncode == 2 and "--vocoder-weights" in r.stderr
-    r = serve("--talker", "vllm", "--model", str(model), "--codec-layout", str(model / "codec_layout.json"),
-              "--vocoder-weights", str(tmp_path))
+    r = serve(
+        "--talker",
+        "vllm",
+        "--model",
+        str(model),
+        "--codec-layout",
+        str(model / "codec_layout.json"),
+        "--vocoder-weights",
+        str(tmp_path),
+    )
     assert r.returncode == 2 and "not a SNAC checkpoint" in r.stderr
 
 
@@ -175,8 +187,10 @@ async def test_snac_streaming_matches_a_whole_decode(tiny, monkeypatch):
         out = [s.push(AudioBuffer(frames[:, a:b], CODES, 11.71875, "t")) for a, b in cuts] + [s.flush()]
         return np.concatenate([o.data for o in out if o is not None]).astype(np.float64) / 32767
 
-    for vocoder, cuts in ((SnacVocoder(weights), [(0, 5), (5, 17), (17, 24)]),
-                          (SnacVocoder(weights, max_batch=1), [(i, i + 1) for i in range(24)])):
+    for vocoder, cuts in (
+        (SnacVocoder(weights), [(0, 5), (5, 17), (17, 24)]),
+        (SnacVocoder(weights, max_batch=1), [(i, i + 1) for i in range(24)]),
+    ):
         x = stream(vocoder, cuts)
         assert x.size == 24 * 2048
         error = np.sqrt(((x - whole) ** 2).mean()) / np.sqrt((whole**2).mean())
@@ -189,15 +203,20 @@ async def test_snac_streaming_matches_a_whole_decode(tiny, monkeypatch):
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def tserver(backend, espeak_runtime, vad_model, recognizer):
     """The built-in voice speaking what a vLLM chat model (on the talker's engine) says."""
+    from duplex.app.harness.models import text_token_ids
     from duplex.pipeline.talkers.espeak import EspeakTalker
     from duplex.pipeline.thinkers.vllm_chat import VllmChatThinker
     from duplex.pipeline.vocoders.pcm import PcmVocoder
-    from duplex.app.harness.models import text_token_ids
 
     codec_talker, _ = backend
     talker = EspeakTalker(espeak_runtime)
-    thinker = VllmChatThinker(codec_talker.engine, owns_engine=False, max_tokens=1800, temperature=1.0,
-                              sampling={"allowed_token_ids": text_token_ids()})
+    thinker = VllmChatThinker(
+        codec_talker.engine,
+        owns_engine=False,
+        max_tokens=1800,
+        temperature=1.0,
+        sampling={"allowed_token_ids": text_token_ids()},
+    )
     async with serving(Backends(talker, PcmVocoder(), thinker, vad_model, recognizer)) as srv:
         yield srv, thinker
 
@@ -240,12 +259,13 @@ async def test_barge_in_aborts_the_thinker_and_keeps_what_was_heard(tserver, tal
 
 async def test_thinker_and_talker_share_one_engine(backend, vad_model, recognizer):
     """A vLLM chat model says it, the vLLM codec talker speaks it, one engine for both."""
-    from duplex.pipeline.thinkers.vllm_chat import VllmChatThinker
     from duplex.app.harness.models import text_token_ids
+    from duplex.pipeline.thinkers.vllm_chat import VllmChatThinker
 
     codec_talker, vocoder = backend
-    thinker = VllmChatThinker(codec_talker.engine, owns_engine=False, max_tokens=40,
-                              sampling={"allowed_token_ids": text_token_ids()})
+    thinker = VllmChatThinker(
+        codec_talker.engine, owns_engine=False, max_tokens=40, sampling={"allowed_token_ids": text_token_ids()}
+    )
     async with serving(Backends(codec_talker, vocoder, thinker, vad_model, recognizer)) as srv:
         c = await RealtimeClient.connect(srv.port)
         await c.update(pacing={"enabled": False})

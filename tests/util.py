@@ -24,7 +24,8 @@ async def until(predicate: Callable[[], bool], timeout: float = 10.0, what: str 
 def stage_tasks() -> list[asyncio.Task[Any]]:
     """Reply stage tasks still alive in this loop."""
     return [
-        t for t in asyncio.all_tasks()
+        t
+        for t in asyncio.all_tasks()
         if t.get_name().startswith(("thinker:", "talker:", "vocoder:", "writer:", "sink:")) and not t.done()
     ]
 
@@ -55,8 +56,10 @@ async def asked_while_listening(port: int, text: str) -> SimulatedClient:
     sim = await SimulatedClient.open(port)
     await sim.send("session.update", session={"turn_detection": {"type": "server_vad", "create_response": False}})
     await sim.silence(0.5)
-    await sim.send("conversation.item.create", item={"type": "message", "role": "user",
-                                                     "content": [{"type": "input_text", "text": text}]})
+    await sim.send(
+        "conversation.item.create",
+        item={"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]},
+    )
     await sim.send("response.create")
     await sim.sync()
     return sim

@@ -28,8 +28,9 @@ class BackendError(ValueError):
 class BackendChoice:
     """The backends to build. Fields with help are ``duplex serve`` flags."""
 
-    talker: str = option("espeak", "espeak: the built-in offline voice; vllm: a codec-token model served by vLLM",
-                         choices=TALKERS)
+    talker: str = option(
+        "espeak", "espeak: the built-in offline voice; vllm: a codec-token model served by vLLM", choices=TALKERS
+    )
     model: str | None = option(None, "--talker vllm: a local checkpoint directory (run in this process)")
     remote_url: str | None = option(None, "--talker vllm: a vLLM OpenAI-compatible server instead of --model")
     remote_model: str | None = option(None, "the model name that server serves")
@@ -38,16 +39,20 @@ class BackendChoice:
     vocoder_weights: str | None = option(None, "--vocoder snac: a local SNAC checkpoint directory")
     dtype: str = option("float32", "vLLM weights dtype (float32 is safe on any CPU)")
     max_model_len: int = 4096
-    thinker: str = option("echo", "what to say: echo what was heard, an OpenAI-compatible chat endpoint, "
-                          "or a vLLM chat model in process", choices=THINKERS)
+    thinker: str = option(
+        "echo",
+        "what to say: echo what was heard, an OpenAI-compatible chat endpoint, or a vLLM chat model in process",
+        choices=THINKERS,
+    )
     thinker_url: str | None = option(None, "--thinker openai: the endpoint's base URL (e.g. http://host:8000)")
     thinker_model: str | None = option(None, "--thinker openai: the model name; --thinker vllm: a local path")
     system_prompt: str = option("", "the thinker's system prompt (session instructions win)")
     temperature: float = option(0.7, "the thinker's sampling temperature")
     max_tokens: int = option(256, "the thinker's reply length limit")
     thinker_sampling: str = option("", "more sampling parameters for the thinker, as JSON")
-    asr: str = option("pocketsphinx", "speech recogniser: pocketsphinx (offline, shipped model) or none",
-                      choices=RECOGNIZERS)
+    asr: str = option(
+        "pocketsphinx", "speech recogniser: pocketsphinx (offline, shipped model) or none", choices=RECOGNIZERS
+    )
     asr_workers: int = option(2, "speech recognition worker processes (~100 MB each)")
 
 
@@ -96,8 +101,11 @@ async def _thinker(choice: BackendChoice, talker: Talker) -> Thinker:
         raise BackendError("--thinker-sampling must be a JSON object")
     if choice.thinker == "echo":
         return EchoThinker()
-    settings = {"system_prompt": choice.system_prompt, "temperature": choice.temperature,
-                "max_tokens": choice.max_tokens}
+    settings: dict[str, Any] = {
+        "system_prompt": choice.system_prompt,
+        "temperature": choice.temperature,
+        "max_tokens": choice.max_tokens,
+    }
     if choice.thinker == "openai":
         from duplex.pipeline.thinkers.openai_chat import OpenAIChatThinker
 
@@ -125,7 +133,8 @@ async def _thinker(choice: BackendChoice, talker: Talker) -> Thinker:
         raise BackendError(f"--thinker-model: {exc}") from None
     tokenizer_config = path / "tokenizer_config.json"
     has_template = (path / "chat_template.jinja").is_file() or (
-        tokenizer_config.is_file() and "chat_template" in tokenizer_config.read_text())
+        tokenizer_config.is_file() and "chat_template" in tokenizer_config.read_text()
+    )
     if not has_template:
         raise BackendError(f"--thinker-model {path}: the model has no chat template")
     engine = getattr(talker, "engine", None)
@@ -173,7 +182,7 @@ async def _voice(choice: BackendChoice) -> tuple[Talker, Vocoder]:
     else:
         if not choice.remote_model:
             raise BackendError("--remote-url needs --remote-model NAME (the model the server serves)")
-        engine = RemoteEngine(choice.remote_url, choice.remote_model)
+        engine = RemoteEngine(choice.remote_url or "", choice.remote_model)
     try:
         await engine.start()
     except ValueError as exc:

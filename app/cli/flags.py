@@ -59,8 +59,12 @@ def add_flags(parser: argparse.ArgumentParser, cls: type[Any]) -> None:
             default = os.environ.get(meta["env"], default)
         name = meta.get("name", "--" + f.name.replace("_", "-"))
         base = _base(tp)
-        kwargs: dict[str, Any] = {"dest": f.name, "help": meta["help"], "default": default,
-                                  "metavar": name.lstrip("-").upper().replace("-", "_")}
+        kwargs: dict[str, Any] = {
+            "dest": f.name,
+            "help": meta["help"],
+            "default": default,
+            "metavar": name.lstrip("-").upper().replace("-", "_"),
+        }
         if typing.get_origin(base) is tuple:
             kwargs.update(action="append", default=list(default))
             shown = False

@@ -15,21 +15,31 @@ from duplex.app.edge.config import ServerConfig
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="duplex", description="On-device voice-duplex server (OpenAI Realtime protocol).")
+    parser = argparse.ArgumentParser(
+        prog="duplex", description="On-device voice-duplex server (OpenAI Realtime protocol)."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the server on the built-in offline voice")
     add_flags(serve, ServerConfig)
     add_flags(serve, BackendChoice)
     serve.add_argument("--log-level", default="INFO")
-    serve.add_argument("--log-format", choices=["text", "json"], default="text",
-                       help="json: one object per line, with session and response ids")
+    serve.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        default="text",
+        help="json: one object per line, with session and response ids",
+    )
     replay = sub.add_parser("replay", help="run scenario files against a server and judge what it did")
     replay.add_argument("scenarios", nargs="+", help="scenario .toml files (or folders of them)")
     replay.add_argument("--url", default=DEFAULT_URL, help="the server's Realtime WebSocket")
-    replay.add_argument("--realtime", action="store_true", help="pace the microphone at real time (default: faster, exact)")
+    replay.add_argument(
+        "--realtime", action="store_true", help="pace the microphone at real time (default: faster, exact)"
+    )
     replay.add_argument("--parallel", action="store_true", help="run the scenarios on concurrent connections")
     replay.add_argument("--report", default="replay-report.json", help="where to write the JSON report")
-    replay.add_argument("--wav-dir", default="replays", help="where to write one WAV per scenario (mic left, speaker right)")
+    replay.add_argument(
+        "--wav-dir", default="replays", help="where to write one WAV per scenario (mic left, speaker right)"
+    )
     mic = sub.add_parser("mic", help="talk to a server from this machine's microphone and speaker")
     mic.add_argument("--url", default=DEFAULT_URL, help="the server's Realtime WebSocket")
     mic.add_argument("--input", default=None, help="input device (name or index; default: the system's)")
@@ -50,11 +60,17 @@ def mic(args: argparse.Namespace) -> int:
             print(list_devices())
             return 0
 
-        def device(value: str | None):
+        def device(value: str | None) -> str | int | None:
             return int(value) if value is not None and value.isdigit() else value
 
-        demo = MicDemo(args.url, input_device=device(args.input), output_device=device(args.output),
-                       rate=args.rate, echo_gate=not args.no_echo_gate, client_name=args.jack_name)
+        demo = MicDemo(
+            args.url,
+            input_device=device(args.input),
+            output_device=device(args.output),
+            rate=args.rate,
+            echo_gate=not args.no_echo_gate,
+            client_name=args.jack_name,
+        )
         asyncio.run(demo.run())
     except DemoError as exc:
         print(f"duplex mic: {exc}", file=sys.stderr)

@@ -79,7 +79,7 @@ class EchoGate:
     min_loud_frames: int = 5  # 100 ms of loud speaker output at least, or the fit is noise
     fits: int = 0  # calibrations that changed the estimate (the demo reports each)
     opened: int = 0  # frames let through over an expected echo (the demo reports per reply)
-    _samples: list = field(default_factory=list)  # (start, end, mic_rms) while calibrating
+    _samples: list[tuple[float, float, float]] = field(default_factory=list)  # (start, end, mic_rms) while calibrating
 
     def admit(self, mic_rms: float, start: float, end: float, speaker: Envelope, reply_age_s: float | None) -> bool:
         """Whether the microphone frame of input samples ``[start, end)`` may go out."""
@@ -107,7 +107,7 @@ class EchoGate:
             return  # no echo heard at all (headphones): keep the last estimate
         best = None
         for delay in np.arange(0.0, self.max_delay_s, speaker.hop / self.rate):
-            spk = np.array([self._echo_source(speaker, s, e, delay, 0.0) for s, e, _ in frames])
+            spk = np.array([self._echo_source(speaker, s, e, float(delay), 0.0) for s, e, _ in frames])
             if spk.max() < self.floor or spk.std() == 0 or mic.std() == 0:
                 continue
             score = float(np.corrcoef(mic, spk)[0, 1])

@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import ctypes
 import json
 import sys
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any, TextIO
 
 import numpy as np
 import soxr
@@ -49,11 +51,12 @@ class Playback:
 
     rate: int
     lock: threading.Lock = field(default_factory=threading.Lock)
-    chunks: deque = field(default_factory=deque)  # (rid, float32 at device rate)
+    chunks: deque[tuple[str, np.ndarray]] = field(default_factory=deque)  # (rid, float32 at device rate)
     paused_rid: str | None = None
-    blocks: deque = field(default_factory=lambda: deque(maxlen=256))  # (dac_time, rid, start, n)
-    written: dict = field(default_factory=dict)  # rid -> samples handed to the device so far
-    first_index: dict = field(default_factory=dict)  # rid -> stream sample index of its first output
+    blocks: deque[tuple[float, str | None, int, int]] = field(default_factory=lambda: deque(maxlen=256))
+    """(dac_time, rid, start, n) of each output block."""
+    written: dict[str, int] = field(default_factory=dict)  # rid -> samples handed to the device so far
+    first_index: dict[str, int] = field(default_factory=dict)  # rid -> stream sample index of its first output
     index: int = 0
     envelope: Envelope = field(init=False)
 
@@ -81,7 +84,7 @@ class Playback:
                 if crid == self.paused_rid:
                     break
                 take = min(n - pos, pcm.size)
-                out[pos:pos + take, 0] = pcm[:take]
+                out[pos : pos + take, 0] = pcm[:take]
                 rid = crid
                 if take == pcm.size:
                     self.chunks.popleft()
@@ -123,8 +126,17 @@ class Playback:
 class MicDemo:
     """The terminal voice client."""
 
-    def __init__(self, url: str, *, input_device=None, output_device=None, rate: int | None = None,
-                 echo_gate: bool = True, client_name: str | None = None, out=sys.stderr) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        input_device: str | int | None = None,
+        output_device: str | int | None = None,
+        rate: int | None = None,
+        echo_gate: bool = True,
+        client_name: str | None = None,
+        out: TextIO = sys.stderr,
+    ) -> None:
         self.url = url
         self.devices = (input_device, output_device)
         self.rate = rate
@@ -135,12 +147,12 @@ class MicDemo:
         self.tty = out.isatty()
         self.state = "listening"
         self.heard = ""
-        self.latency = {"first audio": None, "stop": None}
+        self.latency: dict[str, float | None] = {"first audio": None, "stop": None}
         self.levels = [0.0, 0.0]
         self.input_samples = 0
         self.current: str | None = None
-        self._mic: asyncio.Queue[np.ndarray] | None = None
-        self._stream = None
+        self._mic: asyncio.Queue[tuple[int, np.ndarray]] | None = None
+        self._stream: Any = None
         self.speaker: Playback | None = None
         self._turn_end: float | None = None
         self._pause_at: float | None = None
@@ -161,14 +173,16 @@ class MicDemo:
         self.gate = EchoGate(rate) if self.echo_gate else None
         self._mic = asyncio.Queue()
         mic = self._mic
+        speaker = self.speaker
 
-        def callback(indata, outdata, frames, t, status) -> None:
-            index = self.speaker.fill(outdata, t.outputBufferDacTime)
+        def callback(indata: np.ndarray, outdata: np.ndarray, frames: int, t: Any, status: Any) -> None:
+            index = speaker.fill(outdata, t.outputBufferDacTime)
             loop.call_soon_threadsafe(mic.put_nowait, (index, indata[:, 0].copy()))
 
         try:
-            self._stream = sd.Stream(device=self.devices, samplerate=rate, channels=1, dtype="float32",
-                                     callback=callback, latency="low")
+            self._stream = sd.Stream(
+                device=self.devices, samplerate=rate, channels=1, dtype="float32", callback=callback, latency="low"
+            )
             self._stream.start()
         except sd.PortAudioError as exc:
             text = str(exc)
@@ -200,15 +214,16 @@ class MicDemo:
         try:
             while True:
                 try:
-                    client = await RealtimeClient.open(self.url, open_timeout=5, keep=False, id_prefix="mic",
-                                                       expect_created=False)
+                    client = await RealtimeClient.open(
+                        self.url, open_timeout=5, keep=False, id_prefix="mic", expect_created=False
+                    )
                     try:
                         backoff = 1.0
                         self.say(f"connected to {self.url}")
                         await self.session(client)
                     finally:
                         await client.close()
-                except (OSError, asyncio.TimeoutError, websockets.InvalidHandshake, websockets.ConnectionClosed) as exc:
+                except (TimeoutError, OSError, websockets.InvalidHandshake, websockets.ConnectionClosed) as exc:
                     if once:
                         raise DemoError(f"lost the server at {self.url}: {exc}") from None
                     self.say(f"lost the server ({exc or type(exc).__name__}); reconnecting in {backoff:.0f} s")
@@ -218,8 +233,9 @@ class MicDemo:
             self.close_audio()
 
     async def session(self, client: RealtimeClient) -> None:
-        await client.send("session.update", session={"audio": {"input": {"format": {"type": "audio/pcm",
-                                                                                    "rate": SESSION_RATE}}}})
+        await client.send(
+            "session.update", session={"audio": {"input": {"format": {"type": "audio/pcm", "rate": SESSION_RATE}}}}
+        )
         async with asyncio.TaskGroup() as tg:
             tg.create_task(self._capture(client))
             tg.create_task(self._acks(client))
@@ -251,8 +267,9 @@ class MicDemo:
                     if not self.gate.admit(mic_rms, f_start, f_start + frame * scale, self.speaker.envelope, age):
                         f = noise.normal(0, 0.001, f.size).astype(np.float32)  # the echo stays home
                     if self.gate.fits != fits:
-                        self.say(f"echo path: {self.gate.delay_s * 1000:.0f} ms, "
-                                 f"{20 * np.log10(self.gate.coupling):.1f} dB")
+                        self.say(
+                            f"echo path: {self.gate.delay_s * 1000:.0f} ms, {20 * np.log10(self.gate.coupling):.1f} dB"
+                        )
                 pcm = np.clip(np.rint(f * 32767), -32768, 32767).astype("<i2")
                 self.input_samples += pcm.size
                 await client.append(pcm)
@@ -264,10 +281,11 @@ class MicDemo:
             rid = self.current
             if rid is not None:
                 played = self.speaker.played(rid, self.stream_time()) * SESSION_RATE // self._rate
-                await client.send("playback.ack", response_id=rid, played_samples=played,
-                                  input_samples=self.input_samples)
+                await client.send(
+                    "playback.ack", response_id=rid, played_samples=played, input_samples=self.input_samples
+                )
 
-    def on_event(self, e: dict) -> None:
+    def on_event(self, e: dict[str, Any]) -> None:
         """React to a server event: play, pause, flush, and keep the status current."""
         assert self.speaker is not None
         t = e["type"]
@@ -338,7 +356,8 @@ class MicDemo:
             return "#" * n + "." * (8 - n)
 
         lat = " ".join(f"{k} {v:.0f} ms" for k, v in self.latency.items() if v is not None) or "-"
-        return f"[{self.state:^16}] mic {bar(self.levels[0])} spk {bar(self.levels[1])} | {lat} | heard: {self.heard[:40]!r}"
+        levels = f"mic {bar(self.levels[0])} spk {bar(self.levels[1])}"
+        return f"[{self.state:^16}] {levels} | {lat} | heard: {self.heard[:40]!r}"
 
     async def _status(self) -> None:
         while True:
@@ -349,13 +368,11 @@ class MicDemo:
                 print(f"\r\033[K{self.status_line()}", end="", file=self.out, flush=True)
 
 
-def _set_jack_client_name(sd, name: str):
+def _set_jack_client_name(sd: Any, name: str) -> ctypes.Array[ctypes.c_char]:
     """Name this program's JACK client (PortAudio reads it when it initialises).
 
     PortAudio keeps the pointer, not a copy: the caller must keep the returned
     buffer alive as long as audio runs."""
-    import ctypes
-
     lib = ctypes.CDLL(sd._libname)
     buffer = ctypes.create_string_buffer(name.encode())
     if hasattr(lib, "PaJack_SetClientName"):

@@ -29,8 +29,16 @@ class RealtimeClient:
     _n: int = 0
 
     @classmethod
-    async def open(cls, url: str, *, beta: bool = False, keep: bool = True, id_prefix: str = "c",
-                   expect_created: bool = True, **kwargs: Any) -> RealtimeClient:
+    async def open(
+        cls,
+        url: str,
+        *,
+        beta: bool = False,
+        keep: bool = True,
+        id_prefix: str = "c",
+        expect_created: bool = True,
+        **kwargs: Any,
+    ) -> RealtimeClient:
         """Connect to ``url`` and (unless told otherwise) read ``session.created``."""
         headers = {"OpenAI-Beta": "realtime=v1"} if beta else {}
         kwargs.setdefault("max_size", None)
@@ -78,8 +86,10 @@ class RealtimeClient:
 
     async def say(self, text: str) -> str:
         """Add a user text message; return its item id."""
-        await self.send("conversation.item.create",
-                        item={"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]})
+        await self.send(
+            "conversation.item.create",
+            item={"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]},
+        )
         return str((await self.until("conversation.item.added"))["item"]["id"])
 
     async def update(self, **session: Any) -> dict[str, Any]:

@@ -21,12 +21,11 @@ import numpy as np
 import soxr
 import websockets
 
-from duplex.app.core.protocol import DEFAULT_URL
-from duplex.app.clients.scenario import Expectation, Scenario, Step
 from duplex.app.clients.realtime import RealtimeClient
+from duplex.app.clients.scenario import Expectation, Scenario, Step
 from duplex.app.clients.simulated import SimulatedClient
-from duplex.app.clients.sounds import cough, noise, read_wav, silence, speech, voiced_bounds, write_wav
-
+from duplex.app.clients.sounds import cough, noise, read_wav, speech, voiced_bounds, write_wav
+from duplex.app.core.protocol import DEFAULT_URL
 
 
 @dataclass(slots=True)
@@ -86,8 +85,9 @@ def _matches(event: dict[str, Any], where: dict[str, Any] | None) -> bool:
 class Runner:
     """Runs scenarios against one server."""
 
-    def __init__(self, url: str = DEFAULT_URL, *, realtime: bool = False, wav_dir: str | Path | None = None,
-                 talker: Any = None) -> None:
+    def __init__(
+        self, url: str = DEFAULT_URL, *, realtime: bool = False, wav_dir: str | Path | None = None, talker: Any = None
+    ) -> None:
         self.url = url if "/v1/realtime" in url else url.rstrip("/") + "/v1/realtime"
         self.realtime = realtime
         self.wav_dir = Path(wav_dir) if wav_dir else None
@@ -107,13 +107,22 @@ class Runner:
         c = scenario.client
         t0 = time.monotonic()
         try:
-            client = await RealtimeClient.open(self.url, keep=False, id_prefix="sim", expect_created=False,
-                                               open_timeout=10)
+            client = await RealtimeClient.open(
+                self.url, keep=False, id_prefix="sim", expect_created=False, open_timeout=10
+            )
         except (OSError, websockets.InvalidHandshake) as exc:
             result.fail(f"cannot connect to {self.url}: {exc}")
             return result
-        sim = SimulatedClient(client, input_rate=c.input_rate, output_rate=c.output_rate, frame_ms=c.frame_ms,
-                              ack_every_ms=c.ack_every_ms or None, keep_audio=True, record=True, realtime=self.realtime)
+        sim = SimulatedClient(
+            client,
+            input_rate=c.input_rate,
+            output_rate=c.output_rate,
+            frame_ms=c.frame_ms,
+            ack_every_ms=c.ack_every_ms or None,
+            keep_audio=True,
+            record=True,
+            realtime=self.realtime,
+        )
         segments: list[Utterance] = []
         markers: dict[str, int] = {}
         ws = client.ws
@@ -149,13 +158,23 @@ class Runner:
         return result
 
     # -- steps -----------------------------------------------------------------
-    async def _step(self, sim: SimulatedClient, step: Step, segments: list[Utterance], markers: dict[str, int],
-                    result: Result, where: str, since: int) -> bool:
+    async def _step(
+        self,
+        sim: SimulatedClient,
+        step: Step,
+        segments: list[Utterance],
+        markers: dict[str, int],
+        result: Result,
+        where: str,
+        since: int,
+    ) -> bool:
         rate = sim.input_rate
         a, v, o = step.action, step.value, step.options
         if a in ("say", "wav", "cough", "noise"):
             if a == "say":
-                pcm = await speech(self.talker, v, rate, voice=o.get("voice", "en-us+klatt2"), speed=o.get("speed", 1.0))
+                pcm = await speech(
+                    self.talker, v, rate, voice=o.get("voice", "en-us+klatt2"), speed=o.get("speed", 1.0)
+                )
                 on, off = voiced_bounds(pcm, rate)
                 pcm = pcm[on:off]
             elif a == "wav":
@@ -166,15 +185,18 @@ class Runner:
                 pcm = noise(float(v), rate, level=float(o.get("level", 3000)), seed=int(o.get("seed", 0)))
             on, off = voiced_bounds(pcm, rate, level=300)
             playing = any(not h.done or h.received > h.played + h.dropped for h in sim.heard.values())
-            segments.append(Utterance(a, v if a == "say" else None, sim.input_samples + on,
-                                    sim.input_samples + off, playing))
+            segments.append(
+                Utterance(a, v if a == "say" else None, sim.input_samples + on, sim.input_samples + off, playing)
+            )
             await sim.stream(pcm)
         elif a == "silence":
             await sim.silence(float(v))
         elif a == "message":
             markers[f"message:{len(markers)}"] = sim.input_samples
-            await sim.send("conversation.item.create", item={"type": "message", "role": "user",
-                                                             "content": [{"type": "input_text", "text": v}]})
+            await sim.send(
+                "conversation.item.create",
+                item={"type": "message", "role": "user", "content": [{"type": "input_text", "text": v}]},
+            )
             if o.get("respond", True):
                 await sim.send("response.create")
             await sim.sync()
@@ -198,8 +220,9 @@ class Runner:
         created = sim.of_type("response.created")
         return created[-1].event["response"]["id"] if created else None
 
-    async def _wait(self, sim: SimulatedClient, trigger: str, o: dict[str, Any], segments: list[Utterance],
-                    start: int) -> bool:
+    async def _wait(
+        self, sim: SimulatedClient, trigger: str, o: dict[str, Any], segments: list[Utterance], start: int
+    ) -> bool:
         spoken = [s for s in segments if s.kind in ("say", "wav")]
         last_words = spoken[-1].offset if spoken else 0
         limit = sim.input_samples + int(float(o.get("timeout", 30)) * sim.input_rate)
@@ -231,11 +254,19 @@ class Runner:
         return True
 
     # -- judging -----------------------------------------------------------------
-    def _metrics(self, sim: SimulatedClient, segments: list[Utterance], markers: dict[str, int]) -> dict[str, list[float]]:
+    def _metrics(
+        self, sim: SimulatedClient, segments: list[Utterance], markers: dict[str, int]
+    ) -> dict[str, list[float]]:
         ms = 1000 / sim.input_rate
         created = [(r.at, r.event["response"]["id"]) for r in sim.of_type("response.created")]
-        m: dict[str, list[float]] = {"response": [], "interruption": [], "stop": [], "cancel": [], "first_audio": [],
-                                     "end_of_turn": []}
+        m: dict[str, list[float]] = {
+            "response": [],
+            "interruption": [],
+            "stop": [],
+            "cancel": [],
+            "first_audio": [],
+            "end_of_turn": [],
+        }
         stops = [r.at for r in sim.of_type("input_audio_buffer.speech_stopped")]
         spoken = [s for s in segments if s.kind in ("say", "wav")]
         for k, seg in enumerate(spoken):
@@ -251,40 +282,59 @@ class Runner:
                     m["end_of_turn"].append((decided[0] - seg.offset) * ms)
             if seg.during_reply:
                 for h in sim.heard.values():
-                    if h.stopped_at is not None and h.stopped_at >= seg.onset and (
-                            h.first_audio_at is not None and h.first_audio_at <= seg.onset):
+                    if (
+                        h.stopped_at is not None
+                        and h.stopped_at >= seg.onset
+                        and (h.first_audio_at is not None and h.first_audio_at <= seg.onset)
+                    ):
                         m["stop"].append((h.stopped_at - seg.onset) * ms)
                 for r in sim.of_type("response.done"):
-                    if r.event["response"]["status"] == "cancelled" and r.at >= seg.onset and (
-                            r.event["response"]["status_details"] or {}).get("reason") == "turn_detected":
+                    if (
+                        r.event["response"]["status"] == "cancelled"
+                        and r.at >= seg.onset
+                        and (r.event["response"]["status_details"] or {}).get("reason") == "turn_detected"
+                    ):
                         m["cancel"].append((r.at - seg.onset) * ms)
                         break
         for at in markers.values():
             after = [rid for t, rid in created if t >= at]
-            h = sim.heard.get(after[0]) if after else None
-            if h is not None and h.first_audio_at is not None:
-                m["first_audio"].append((h.first_audio_at - at) * ms)
+            answer = sim.heard.get(after[0]) if after else None
+            if answer is not None and answer.first_audio_at is not None:
+                m["first_audio"].append((answer.first_audio_at - at) * ms)
         return m
 
-    def _judge(self, scenario: Scenario, sim: SimulatedClient, segments: list[Utterance], markers: dict[str, int],
-               result: Result) -> None:
+    def _judge(
+        self,
+        scenario: Scenario,
+        sim: SimulatedClient,
+        segments: list[Utterance],
+        markers: dict[str, int],
+        result: Result,
+    ) -> None:
         result.metrics = self._metrics(sim, segments, markers)
         result.stale_bytes = sum(h.stale_bytes for h in sim.heard.values())
         done = {r.event["response"]["id"]: r.event["response"] for r in sim.of_type("response.done")}
         for rid, h in sim.heard.items():
             resp = done.get(rid, {})
             content = (resp.get("output") or [{}])[0].get("content") or [{}]
-            result.replies.append({"id": rid, "status": resp.get("status", "unfinished"),
-                                   "reason": (resp.get("status_details") or {}).get("reason"),
-                                   "transcript": content[0].get("transcript"),
-                                   "received_ms": h.received * 1000 // sim.output_rate,
-                                   "played_ms": h.played * 1000 // sim.output_rate,
-                                   "dropped_ms": h.dropped * 1000 // sim.output_rate})
+            result.replies.append(
+                {
+                    "id": rid,
+                    "status": resp.get("status", "unfinished"),
+                    "reason": (resp.get("status_details") or {}).get("reason"),
+                    "transcript": content[0].get("transcript"),
+                    "received_ms": h.received * 1000 // sim.output_rate,
+                    "played_ms": h.played * 1000 // sim.output_rate,
+                    "dropped_ms": h.dropped * 1000 // sim.output_rate,
+                }
+            )
         result.segments = [asdict(s) for s in segments]
         for i, e in enumerate(scenario.expects):
             self._expect(e, sim, segments, result, f"expect {i + 1} ({e.kind})")
 
-    def _expect(self, e: Expectation, sim: SimulatedClient, segments: list[Utterance], result: Result, where: str) -> None:
+    def _expect(
+        self, e: Expectation, sim: SimulatedClient, segments: list[Utterance], result: Result, where: str
+    ) -> None:
         o = e.options
         if e.kind in ("event", "no_event"):
             n = sum(1 for r in sim.events if r.event["type"] == e.value and _matches(r.event, o.get("where")))
@@ -293,7 +343,9 @@ class Runner:
                 want = f"exactly {lo}" if lo == hi else f"at least {lo}" + (f" and at most {hi}" if hi else "")
                 result.fail(f"{where}: {n} x {e.value} {o.get('where') or ''}, wanted {want}")
         elif e.kind == "transcript":
-            heard = [r.event["transcript"] for r in sim.of_type("conversation.item.input_audio_transcription.completed")]
+            heard = [
+                r.event["transcript"] for r in sim.of_type("conversation.item.input_audio_transcription.completed")
+            ]
             if not any(wer(e.value, t) <= o.get("max_wer", 0.5) for t in heard):
                 result.fail(f"{where}: no transcript close to {e.value!r}; heard {heard}")
         elif e.kind == "reply":
@@ -323,8 +375,15 @@ class Runner:
             if n != e.value:
                 result.fail(f"{where}: {n} replies{' ' + o['status'] if 'status' in o else ''}, wanted {e.value}")
 
-    def _check_truncations(self, sim: SimulatedClient, segments: list[Utterance], result: Result, where: str,
-                           tolerance: float, wanted: bool) -> None:
+    def _check_truncations(
+        self,
+        sim: SimulatedClient,
+        segments: list[Utterance],
+        result: Result,
+        where: str,
+        tolerance: float,
+        wanted: bool,
+    ) -> None:
         truncs = sim.of_type("conversation.item.truncated")
         if not wanted:
             if truncs:
@@ -334,8 +393,14 @@ class Runner:
             result.fail(f"{where}: the reply was not truncated")
         for rec in truncs:
             item = rec.event["item_id"]
-            rid = next((r.event["response_id"] for r in sim.events if r.event.get("item_id") == item
-                        and "response_id" in r.event), None)
+            rid = next(
+                (
+                    r.event["response_id"]
+                    for r in sim.events
+                    if r.event.get("item_id") == item and "response_id" in r.event
+                ),
+                None,
+            )
             cause = [s for s in segments if s.onset <= rec.at and s.during_reply]
             if rid is None or not cause:
                 continue  # truncated by the client's own request: nothing to map
@@ -343,16 +408,19 @@ class Runner:
             err = rec.event["audio_end_ms"] - heard_ms
             result.metrics.setdefault("truncation_error", []).append(abs(err))
             if abs(err) > tolerance:
-                result.fail(f"{where}: truncated at {rec.event['audio_end_ms']} ms, the listener had heard "
-                            f"{heard_ms:.0f} ms at the onset (off by {err:.0f} ms > {tolerance} ms)")
+                result.fail(
+                    f"{where}: truncated at {rec.event['audio_end_ms']} ms, the listener had heard "
+                    f"{heard_ms:.0f} ms at the onset (off by {err:.0f} ms > {tolerance} ms)"
+                )
 
     def _write_wav(self, scenario: Scenario, sim: SimulatedClient) -> str:
         assert self.wav_dir is not None
         self.wav_dir.mkdir(parents=True, exist_ok=True)
         mic = np.concatenate(sim.mic) if sim.mic else np.zeros(0, np.int16)
         if sim.input_rate != sim.output_rate and mic.size:
-            mic = np.clip(soxr.resample(mic.astype(np.float32), sim.input_rate, sim.output_rate), -32768, 32767
-                          ).astype(np.int16)
+            mic = np.clip(soxr.resample(mic.astype(np.float32), sim.input_rate, sim.output_rate), -32768, 32767).astype(
+                np.int16
+            )
         out = np.concatenate(sim.speaker) if sim.speaker else np.zeros(0, np.int16)
         path = self.wav_dir / f"{(scenario.path.stem if scenario.path else scenario.name)}.wav"
         write_wav(path, sim.output_rate, mic, out)
@@ -365,15 +433,19 @@ def _fmt(values: list[float]) -> str:
 
 def table(results: list[Result]) -> str:
     """The per-scenario table ``duplex replay`` prints."""
-    lines = ["| scenario | result | audio s | wall s | speed | replies | response ms | stop ms | cancel ms | notes |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| scenario | result | audio s | wall s | speed | replies | response ms | stop ms | cancel ms | notes |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in results:
         speed = f"{r.input_s / r.wall_s:.1f}x" if r.wall_s else "-"
         statuses = ",".join(x["status"][:4] for x in r.replies) or "-"
         note = "; ".join(r.failures)[:160]
-        lines.append(f"| {r.name} | {'pass' if r.passed else 'FAIL'} | {r.input_s:.1f} | {r.wall_s:.1f} | {speed} | "
-                     f"{statuses} | {_fmt(r.metrics.get('response', []) + r.metrics.get('interruption', []))} | "
-                     f"{_fmt(r.metrics.get('stop', []))} | {_fmt(r.metrics.get('cancel', []))} | {note} |")
+        lines.append(
+            f"| {r.name} | {'pass' if r.passed else 'FAIL'} | {r.input_s:.1f} | {r.wall_s:.1f} | {speed} | "
+            f"{statuses} | {_fmt(r.metrics.get('response', []) + r.metrics.get('interruption', []))} | "
+            f"{_fmt(r.metrics.get('stop', []))} | {_fmt(r.metrics.get('cancel', []))} | {note} |"
+        )
     return "\n".join(lines)
 
 

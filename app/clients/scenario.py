@@ -30,8 +30,17 @@ _STEP_OPTIONS = {
     "disconnect": set(),
     "stop_reading": set(),
 }
-EXPECT_KINDS = ("event", "no_event", "transcript", "reply", "latency", "truncation", "stale_bytes",
-                "reply_complete", "replies")
+EXPECT_KINDS = (
+    "event",
+    "no_event",
+    "transcript",
+    "reply",
+    "latency",
+    "truncation",
+    "stale_bytes",
+    "reply_complete",
+    "replies",
+)
 _EXPECT_OPTIONS = {
     "event": {"count", "min", "max", "where"},
     "no_event": {"where"},

@@ -199,8 +199,9 @@ class SimulatedClient:
         rid = self._current or (self._buffer[0][0] if self._buffer else None)
         if rid is None:
             return
-        await self.send("playback.ack", response_id=rid, played_samples=self.heard[rid].played,
-                        input_samples=self.input_samples)
+        await self.send(
+            "playback.ack", response_id=rid, played_samples=self.heard[rid].played, input_samples=self.input_samples
+        )
 
     # -- the speaker ---------------------------------------------------------
     def _on_event(self, event: dict[str, Any]) -> None:
@@ -230,9 +231,9 @@ class SimulatedClient:
             self._stop(event["response_id"])
         elif etype == "response.output_audio.resumed":
             self._paused = False
-            h = self.heard.get(event["response_id"])
-            if h is not None:
-                h.stopped_at = None
+            resumed = self.heard.get(event["response_id"])
+            if resumed is not None:
+                resumed.stopped_at = None
         elif etype == "response.done":
             rid = event["response"]["id"]
             h = self.heard.setdefault(rid, Heard(rid))
@@ -249,7 +250,7 @@ class SimulatedClient:
         for rec in reversed(self.events):
             e = rec.event
             if e["type"] in AUDIO_DELTAS and e.get("item_id") == item_id:
-                return e["response_id"]
+                return str(e["response_id"])
         return None
 
     def _stop(self, rid: str) -> None:

@@ -13,13 +13,15 @@ from duplex.pipeline.talker import SpeechRequest
 from duplex.pipeline.talkers.espeak import EspeakTalker
 
 
-async def speech(talker: EspeakTalker, text: str, rate: int = 24000, voice: str = "en-us+klatt2",
-                 speed: float = 1.0) -> np.ndarray:
+async def speech(
+    talker: EspeakTalker, text: str, rate: int = 24000, voice: str = "en-us+klatt2", speed: float = 1.0
+) -> np.ndarray:
     """``text`` spoken by eSpeak NG, as PCM16 at ``rate``."""
     parts = [c.audio.data async for c in talker.speak(SpeechRequest("t", text, voice=voice, speed=speed))]
     x = np.concatenate(parts).astype(np.float32) / 32768.0
     y = soxr.resample(x, talker.sample_rate, rate)
-    return np.clip(np.rint(y * 32767), -32768, 32767).astype(np.int16)
+    pcm: np.ndarray = np.clip(np.rint(y * 32767), -32768, 32767).astype(np.int16)
+    return pcm
 
 
 def trim(pcm: np.ndarray, rate: int, level: int = 300) -> np.ndarray:
@@ -40,12 +42,15 @@ def voiced_bounds(pcm: np.ndarray, rate: int, level: int = 300) -> tuple[int, in
 
 
 def silence(seconds: float, rate: int = 24000) -> np.ndarray:
+    """Digital silence, PCM16."""
     return np.zeros(int(seconds * rate), np.int16)
 
 
 def noise(seconds: float, rate: int = 24000, level: float = 3000.0, seed: int = 0) -> np.ndarray:
+    """White noise of RMS ``level`` (PCM16 units), seeded."""
     rng = np.random.default_rng(seed)
-    return np.clip(rng.normal(0, level, int(seconds * rate)), -32768, 32767).astype(np.int16)
+    pcm: np.ndarray = np.clip(rng.normal(0, level, int(seconds * rate)), -32768, 32767).astype(np.int16)
+    return pcm
 
 
 def cough(rate: int = 24000, seconds: float = 0.3, seed: int = 1) -> np.ndarray:
@@ -55,15 +60,17 @@ def cough(rate: int = 24000, seconds: float = 0.3, seed: int = 1) -> np.ndarray:
     t = np.arange(n) / rate
     env = np.minimum(1.0, t / 0.01) * np.exp(-t / (seconds / 3))
     voiced = np.sign(np.sin(2 * np.pi * 140 * t)) * 0.5 + np.sin(2 * np.pi * 280 * t)
-    breath = rng.normal(0, 1, n)
     # A crude vocal-tract colouring: smooth the breath noise a little.
-    breath = np.convolve(breath, np.ones(6) / 6, mode="same")
+    breath = np.convolve(rng.normal(0, 1, n), np.ones(6) / 6, mode="same")
     x = env * (0.6 * voiced + 1.2 * breath)
-    return np.clip(x / np.abs(x).max() * 20000, -32768, 32767).astype(np.int16)
+    pcm: np.ndarray = np.clip(x / np.abs(x).max() * 20000, -32768, 32767).astype(np.int16)
+    return pcm
 
 
 def mix(*parts: np.ndarray) -> np.ndarray:
-    return np.concatenate(parts).astype(np.int16)
+    """The parts one after another, as PCM16."""
+    pcm: np.ndarray = np.concatenate(parts).astype(np.int16)
+    return pcm
 
 
 def read_wav(path: str | Path, rate: int) -> np.ndarray:

@@ -84,7 +84,9 @@ def decode_audio(b64: str, param: str) -> bytes:
     except (binascii.Error, ValueError):
         raise ProtocolError("invalid_audio", f"{param} is not valid base64", param=param) from None
     if len(raw) % 2:
-        raise ProtocolError("invalid_audio", f"{param} has an odd number of bytes ({len(raw)}); PCM16 needs whole samples", param=param)
+        raise ProtocolError(
+            "invalid_audio", f"{param} has an odd number of bytes ({len(raw)}); PCM16 needs whole samples", param=param
+        )
     return raw
 
 
@@ -93,7 +95,9 @@ def parse_item(data: dict[str, Any], new_id: str) -> Item:
     p = "item"
     kind = data.get("type", "message")
     if kind != "message":
-        raise ProtocolError("unsupported_value", f"{p}.type {kind!r} is not supported; only 'message'", param=f"{p}.type")
+        raise ProtocolError(
+            "unsupported_value", f"{p}.type {kind!r} is not supported; only 'message'", param=f"{p}.type"
+        )
     role = data.get("role")
     if role not in ROLES:
         raise ProtocolError("invalid_value", f"{p}.role must be one of {list(ROLES)}", param=f"{p}.role")
@@ -110,7 +114,9 @@ def parse_item(data: dict[str, Any], new_id: str) -> Item:
         check_type(part, (dict,), pp)
         ptype = part.get("type")
         if ptype not in allowed:
-            raise ProtocolError("invalid_value", f"{pp}.type must be one of {sorted(allowed)} for role {role}", param=f"{pp}.type")
+            raise ProtocolError(
+                "invalid_value", f"{pp}.type must be one of {sorted(allowed)} for role {role}", param=f"{pp}.type"
+            )
         if ptype in ("input_text", "output_text", "text"):
             check_type(part.get("text"), (str,), f"{pp}.text")
             parts.append(Part(ptype, part["text"]))
@@ -153,8 +159,11 @@ class Conversation:
         elif previous_item_id in self._by_id:
             index = self.items.index(self._by_id[previous_item_id]) + 1
         else:
-            raise ProtocolError("item_not_found", f"previous_item_id {previous_item_id!r} is not in the conversation",
-                                param="previous_item_id")
+            raise ProtocolError(
+                "item_not_found",
+                f"previous_item_id {previous_item_id!r} is not in the conversation",
+                param="previous_item_id",
+            )
         self.items.insert(index, item)
         self._by_id[item.id] = item
         return self.items[index - 1].id if index > 0 else None

@@ -295,5 +295,5 @@ ServerEvent = (
     | AudioDelta | AudioDone | AudioTranscriptDelta | AudioTranscriptDone | TextDelta | TextDone
     | AudioPaused | AudioResumed
 )  # fmt: skip
-SERVER_EVENTS: tuple[type[ServerEvent], ...] = ServerEvent.__args__  # type: ignore[attr-defined]
+SERVER_EVENTS: tuple[type[ServerEvent], ...] = ServerEvent.__args__
 """Every kind of event the server can send."""

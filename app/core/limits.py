@@ -12,7 +12,8 @@ class SessionLimits:
     max_input_buffer_bytes: int = 15 * 1024 * 1024
     """Uncommitted input a client may hold while it commits by hand."""
     max_input_speed: float = field(
-        default=64.0, metadata={"help": "input audio may arrive at most this many times faster than real time"})
+        default=64.0, metadata={"help": "input audio may arrive at most this many times faster than real time"}
+    )
     input_burst_s: float = 30.0
     """...after a burst of this many seconds (a replay catching up, a reconnect)."""
     max_reply_s: float = field(default=300.0, metadata={"help": "longest reply, in seconds of audio"})

@@ -33,7 +33,13 @@ class Listener:
     """One session's ears: speech boundaries, turns and barge-in decisions."""
 
     def __init__(
-        self, vad: VoiceActivity, rate: int, td: TurnDetection, *, start: int = 0, max_segment_s: float = 300.0,
+        self,
+        vad: VoiceActivity,
+        rate: int,
+        td: TurnDetection,
+        *,
+        start: int = 0,
+        max_segment_s: float = 300.0,
         floor_dbfs: float = -60.0,
     ) -> None:
         self.rate = rate

@@ -66,7 +66,12 @@ class ProtocolError(Exception):
     """A bad client event; becomes an ``error`` event, never a closed socket."""
 
     def __init__(
-        self, code: str, message: str, *, param: str | None = None, event_id: str | None = None,
+        self,
+        code: str,
+        message: str,
+        *,
+        param: str | None = None,
+        event_id: str | None = None,
         error_type: str = "invalid_request_error",
     ) -> None:
         super().__init__(message)
@@ -93,7 +98,15 @@ class ProtocolError(Exception):
 
 
 def _type_name(types: tuple[type, ...]) -> str:
-    names = {dict: "object", str: "string", int: "integer", float: "number", bool: "boolean", list: "array", _NONE: "null"}
+    names = {
+        dict: "object",
+        str: "string",
+        int: "integer",
+        float: "number",
+        bool: "boolean",
+        list: "array",
+        _NONE: "null",
+    }
     return " or ".join(names.get(t, t.__name__) for t in types)
 
 
@@ -112,9 +125,7 @@ def decode_event(message: str | bytes, *, max_bytes: int) -> ClientEvent:
     """Parse and validate one text frame from the client."""
     size = len(message.encode("utf-8") if isinstance(message, str) else message)
     if size > max_bytes:
-        raise ProtocolError(
-            "message_too_large", f"message of {size} bytes exceeds the limit of {max_bytes} bytes"
-        )
+        raise ProtocolError("message_too_large", f"message of {size} bytes exceeds the limit of {max_bytes} bytes")
     try:
         data = json.loads(message)
     except (ValueError, UnicodeDecodeError) as exc:

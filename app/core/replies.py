@@ -116,8 +116,9 @@ class Replies:
         ctx, settings = self.ctx, self.ctx.settings
         self.epoch += 1
         audio = "audio" in options.modalities
-        item = Item(ctx.new_id("item"), "assistant", [], status="in_progress",
-                    audio_rate=settings.output_rate if audio else 0)
+        item = Item(
+            ctx.new_id("item"), "assistant", [], status="in_progress", audio_rate=settings.output_rate if audio else 0
+        )
         rid = ctx.new_id("resp")
         playout = Playout(settings.output_rate, settings.pacing.lead_ms / 1000)
         r = Reply(rid, item, self.epoch, options.modalities, "", options.voice, playout, now)
@@ -137,13 +138,24 @@ class Replies:
         out.append(StartReply(rid, r.epoch, request, settings.output_rate, ThinkRequest(rid, messages), audio))
         return out
 
-    def _view(self, r: Reply, status: str, details: dict[str, Any] | None = None,
-              timings: dict[str, float] | None = None) -> ResponseView:
-        return ResponseView(r.id, status, details, (r.item.view(),), self.ctx.session_id, r.modalities,
-                            self.ctx.settings.output_rate, r.voice, timings)
+    def _view(
+        self, r: Reply, status: str, details: dict[str, Any] | None = None, timings: dict[str, float] | None = None
+    ) -> ResponseView:
+        return ResponseView(
+            r.id,
+            status,
+            details,
+            (r.item.view(),),
+            self.ctx.session_id,
+            r.modalities,
+            self.ctx.settings.output_rate,
+            r.voice,
+            timings,
+        )
 
-    def finish(self, r: Reply, status: str, details: dict[str, Any] | None = None,
-               timings: dict[str, float] | None = None) -> list[ServerEvent]:
+    def finish(
+        self, r: Reply, status: str, details: dict[str, Any] | None = None, timings: dict[str, float] | None = None
+    ) -> list[ServerEvent]:
         """Close the reply's content, item and response, once."""
         r.active = False
         if self.active is r:
@@ -231,7 +243,7 @@ class Replies:
             r.item.words.extend(chunk.words)
             upto = max(w.end for w in chunk.words)
             if upto > r.transcript_sent:
-                out.append(AudioTranscriptDelta(r.ref, r.text[r.transcript_sent:upto]))
+                out.append(AudioTranscriptDelta(r.ref, r.text[r.transcript_sent : upto]))
                 r.transcript_sent = upto
         return out
 
@@ -242,7 +254,7 @@ class Replies:
             return []
         out: list[ServerEvent] = []
         if r.audio and r.transcript_sent < len(r.text):
-            out.append(AudioTranscriptDelta(r.ref, r.text[r.transcript_sent:]))
+            out.append(AudioTranscriptDelta(r.ref, r.text[r.transcript_sent :]))
             r.transcript_sent = len(r.text)
         return out + self.finish(r, "completed", timings=timings)
 

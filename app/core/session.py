@@ -73,8 +73,9 @@ class Session:
         self.conversation = Conversation()
         self.clock = SessionClock(now)
         self._n = 0
-        self.ctx = ReplyContext(session_id, self.new_id, self.clock, settings or SessionSettings(), self.limits,
-                                self.conversation)
+        self.ctx = ReplyContext(
+            session_id, self.new_id, self.clock, settings or SessionSettings(), self.limits, self.conversation
+        )
         self.replies = Replies(self.ctx, StateHandle(session_id, backend[0], backend[1]))
         self.input_samples = 0
         self._input = bytearray()  # manual-commit buffer, when server VAD is off
@@ -114,8 +115,9 @@ class Session:
     # -- session -------------------------------------------------------------
     def _on_session_update(self, data: Data, now: float) -> Output:
         before = self.settings
-        self.ctx.settings = apply_update(before, data["session"], check_voice=self.check_voice,
-                                         audio_started=self.input_samples > 0)
+        self.ctx.settings = apply_update(
+            before, data["session"], check_voice=self.check_voice, audio_started=self.input_samples > 0
+        )
         if (before.turn_detection, before.input_rate) != (self.settings.turn_detection, self.settings.input_rate):
             self._rebuild_listener()
         return [SessionUpdated(self.id, self.settings)]
@@ -146,8 +148,9 @@ class Session:
         """A binary frame: raw PCM16 microphone audio, when the session allows it."""
         try:
             if not self.settings.binary_audio:
-                raise ProtocolError("binary_not_enabled",
-                                    "binary frames carry audio only after session.update sets binary_audio: true")
+                raise ProtocolError(
+                    "binary_not_enabled", "binary frames carry audio only after session.update sets binary_audio: true"
+                )
             if len(raw) % 2:
                 raise ProtocolError("invalid_audio", f"binary audio frame has an odd number of bytes ({len(raw)})")
             return self._append(raw, now)
@@ -225,16 +228,20 @@ class Session:
             self._listener.clear()
         return [BufferCleared()]
 
-    def on_transcript(self, item_id: str, text: str, now: float, recognition_ms: float | None = None,
-                      failure: str | None = None) -> Output:
+    def on_transcript(
+        self, item_id: str, text: str, now: float, recognition_ms: float | None = None, failure: str | None = None
+    ) -> Output:
         """The recogniser heard ``text`` in a committed user item (in ``recognition_ms``),
         or failed with ``failure``: then the turn counts as heard as nothing and goes on."""
         if item_id not in self.conversation:
             return []  # deleted meanwhile
         item = self.conversation.get(item_id)
         item.content[0].text = text
-        out: Output = [TranscriptionFailed(item_id, 0, failure) if failure is not None
-                       else TranscriptionCompleted(item_id, 0, text, recognition_ms)]
+        out: Output = [
+            TranscriptionFailed(item_id, 0, failure)
+            if failure is not None
+            else TranscriptionCompleted(item_id, 0, text, recognition_ms)
+        ]
         td = self.settings.turn_detection
         users = [i for i in self.conversation.items if i.role == "user"]
         latest = users[-1] is item if users else False  # a later turn supersedes this one: answer that
@@ -333,8 +340,9 @@ class Session:
         """Audio (and the transcript it speaks) for one pipeline chunk; nothing if stale."""
         return self.replies.on_output(event, now)
 
-    def on_reply_finished(self, response_id: str, now: float, timings: dict[str, float] | None = None
-                          ) -> list[ServerEvent]:
+    def on_reply_finished(
+        self, response_id: str, now: float, timings: dict[str, float] | None = None
+    ) -> list[ServerEvent]:
         """The pipeline delivered the whole reply (``timings``: its latency report)."""
         return self.replies.on_finished(response_id, timings)
 

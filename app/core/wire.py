@@ -83,8 +83,11 @@ class Wire:
             out["session"] = session_object(event.session_id, event.settings, beta)
             return out
         if isinstance(event, TranscriptionFailed):
-            out.update(item_id=event.item_id, content_index=event.content_index,
-                       error={"type": "server_error", "code": "transcription_failed", "message": event.message})
+            out.update(
+                item_id=event.item_id,
+                content_index=event.content_index,
+                error={"type": "server_error", "code": "transcription_failed", "message": event.message},
+            )
             return out
         for f in fields(event):
             value = getattr(event, f.name)

@@ -36,7 +36,7 @@ def presented_key(request: Request) -> str | None:
     for proto in request.headers.get_all("Sec-WebSocket-Protocol"):
         for p in proto.split(","):
             if p.strip().startswith(KEY_PROTOCOL):
-                return p.strip()[len(KEY_PROTOCOL):]
+                return p.strip()[len(KEY_PROTOCOL) :]
     return None
 
 

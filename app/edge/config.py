@@ -38,13 +38,18 @@ class ServerConfig:
     voice: str = option("alloy", "default voice (an OpenAI voice name such as alloy, or an eSpeak NG voice)")
     max_sessions: int = option(200, "sessions at once; more are refused with 503")
     max_message_bytes: int = option(2 * 1024 * 1024, "a larger client message gets an error event and is dropped")
-    api_key: str | None = option(None, "require this key (Bearer header, api_key query, or key subprotocol); "
-                                 "default: $DUPLEX_API_KEY, else none", env="DUPLEX_API_KEY")
-    allowed_origins: tuple[str, ...] = option((), "a browser origin allowed to open sessions (repeatable; '*' for "
-                                              "any); default: the server's own page", name="--allow-origin")
+    api_key: str | None = option(
+        None,
+        "require this key (Bearer header, api_key query, or key subprotocol); default: $DUPLEX_API_KEY, else none",
+        env="DUPLEX_API_KEY",
+    )
+    allowed_origins: tuple[str, ...] = option(
+        (),
+        "a browser origin allowed to open sessions (repeatable; '*' for any); default: the server's own page",
+        name="--allow-origin",
+    )
     idle_timeout_s: float = option(600.0, "close a session that sends nothing this long (s)", name="--idle-timeout")
-    stall_timeout_s: float = option(30.0, "close a client that has not read for this long (s)",
-                                    name="--stall-timeout")
+    stall_timeout_s: float = option(30.0, "close a client that has not read for this long (s)", name="--stall-timeout")
     limits: SessionLimits = field(default_factory=SessionLimits)
     """What each session may do."""
     # Not flags: the edge's own buffers and where the page lives.

@@ -11,6 +11,7 @@ is sent, so no audio of a cancelled reply can follow its ``response.done``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import uuid
@@ -94,8 +95,9 @@ class Connection:
         limit = self.server.config.max_message_bytes
         if isinstance(message, bytes):
             if len(message) > limit:
-                err = ProtocolError("message_too_large", f"binary frame of {len(message)} bytes exceeds the limit "
-                                    f"of {limit} bytes")
+                err = ProtocolError(
+                    "message_too_large", f"binary frame of {len(message)} bytes exceeds the limit of {limit} bytes"
+                )
                 await self.send([Error(err)])
                 return
             outputs = self.session.feed_binary(message, now)
@@ -183,10 +185,8 @@ class Connection:
                 log.exception("recognition failed for %s", action.item_id, extra={"session": self.session.id})
                 failure = f"speech recognition failed: {exc}"
         took = (self.loop.time() - started) * 1000
-        try:
+        with contextlib.suppress(ConnectionClosed):
             await self.execute(self.session.on_transcript(action.item_id, text, self.loop.time(), took, failure))
-        except ConnectionClosed:
-            pass
 
     # -- replies -------------------------------------------------------------
     def _start_reply(self, action: StartReply) -> None:
@@ -224,15 +224,15 @@ class Connection:
             reply.retire()
             m = self.server.metrics
             m.inc("duplex_stale_events_dropped_total", reply.stats.dropped_stale)
-            m.high_water("duplex_queue_high_water_bytes",
-                         reply.stats.talker_high_water_bytes + reply.stats.output_high_water_bytes)
+            m.high_water(
+                "duplex_queue_high_water_bytes",
+                reply.stats.talker_high_water_bytes + reply.stats.output_high_water_bytes,
+            )
             m.high_water("duplex_output_queue_high_water_chunks", reply.output_queue.high_water_chunks)
             if self.reply is reply:
                 self.reply = None
-        try:
+        with contextlib.suppress(ConnectionClosed):
             await self.send(events)
-        except ConnectionClosed:
-            pass
 
     async def _sink(self, event: ChunkEvent) -> None:
         """Release one chunk when pacing allows, as audio and transcript deltas; stop the

@@ -13,7 +13,6 @@ from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 
 
-
 def _response(status: HTTPStatus, body: bytes, content_type: str, extra: dict[str, str] | None = None) -> Response:
     headers = Headers(
         [("Content-Type", content_type), ("Content-Length", str(len(body))), ("Cache-Control", "no-cache")]

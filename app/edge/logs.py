@@ -36,8 +36,9 @@ class JsonFormatter(logging.Formatter):
 
 def setup(level: str = "INFO", fmt: str = "text") -> None:
     handler = logging.StreamHandler()
-    handler.setFormatter(JsonFormatter() if fmt == "json" else
-                         ContextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(
+        JsonFormatter() if fmt == "json" else ContextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    )
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

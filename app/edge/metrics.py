@@ -31,7 +31,7 @@ class Histogram:
     def lines(self, name: str) -> list[str]:
         out: list[str] = []
         running = 0
-        for bound, count in zip(self.buckets, self.counts):
+        for bound, count in zip(self.buckets, self.counts, strict=False):
             running += count
             out.append(f'{name}_bucket{{le="{bound}"}} {running}')
         out += [f'{name}_bucket{{le="+Inf"}} {self.n}', f"{name}_sum {self.total:.6f}", f"{name}_count {self.n}"]
@@ -50,7 +50,7 @@ class Metrics:
 
     def inc(self, name: str, value: float = 1.0, **label: str) -> None:
         if label:
-            (k, v), = label.items()
+            ((k, v),) = label.items()
             self.labelled[(name, k, v)] += value
         else:
             self.counters[name] += value
@@ -67,7 +67,7 @@ class Metrics:
     def value(self, name: str, **label: str) -> float:
         """A counter's or gauge's current value (0 if never set)."""
         if label:
-            (k, v), = label.items()
+            ((k, v),) = label.items()
             return self.labelled.get((name, k, v), 0.0)
         return self.counters.get(name, self.gauges.get(name, 0.0))
 

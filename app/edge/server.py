@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from http import HTTPStatus
 
 import websockets
 from websockets.asyncio.server import Server, ServerConnection
 from websockets.http11 import Request, Response
+from websockets.typing import Subprotocol
 
 from duplex.app.core.events import (
     AudioPaused,
@@ -66,8 +68,14 @@ class DuplexServer:
             ping_interval=20,
             ping_timeout=20,
         )
-        log.info("Duplex listening on http://%s:%d/ (realtime at ws://%s:%d%s)",
-                 cfg.host, self.port, cfg.host, self.port, REALTIME_PATH)
+        log.info(
+            "Duplex listening on http://%s:%d/ (realtime at ws://%s:%d%s)",
+            cfg.host,
+            self.port,
+            cfg.host,
+            self.port,
+            REALTIME_PATH,
+        )
 
     async def serve_forever(self) -> None:
         if self._server is None:
@@ -120,11 +128,13 @@ class DuplexServer:
             if not is_upgrade(request):
                 return text_response(HTTPStatus.UPGRADE_REQUIRED, "this endpoint speaks WebSocket")
             cfg = self.config
-            refusal = access.check(request, api_key=cfg.api_key,
-                                   origins=access.allowed_origins(cfg.allowed_origins, cfg.host, self.port))
+            refusal = access.check(
+                request, api_key=cfg.api_key, origins=access.allowed_origins(cfg.allowed_origins, cfg.host, self.port)
+            )
             if refusal is not None:
-                self.refuse(peer, "forbidden" if refusal.status == HTTPStatus.FORBIDDEN else "unauthorized",
-                            refusal.reason)
+                self.refuse(
+                    peer, "forbidden" if refusal.status == HTTPStatus.FORBIDDEN else "unauthorized", refusal.reason
+                )
                 return text_response(refusal.status, refusal.reason)
             if len(self.connections) >= cfg.max_sessions:
                 self.refuse(peer, "capacity", f"{cfg.max_sessions} sessions already")
@@ -155,8 +165,8 @@ class DuplexServer:
                 release_idle_memory()  # the last one out: what a burst of sessions held goes back
 
 
-def _select_subprotocol(connection: ServerConnection, subprotocols: list[str]) -> str | None:
+def _select_subprotocol(connection: ServerConnection, subprotocols: Sequence[Subprotocol]) -> Subprotocol | None:
     """Answer ``realtime`` when offered; never echo the API-key subprotocol back."""
     if "realtime" in subprotocols:
-        return "realtime"
+        return Subprotocol("realtime")
     return next((p for p in subprotocols if not p.startswith(access.KEY_PROTOCOL)), None)

@@ -34,9 +34,17 @@ TINY_LAYOUT = {
 }
 
 SNAC_24KHZ = {
-    "sampling_rate": 24000, "encoder_dim": 48, "encoder_rates": [2, 4, 8, 8], "decoder_dim": 1024,
-    "decoder_rates": [8, 8, 4, 2], "attn_window_size": None, "codebook_size": 4096, "codebook_dim": 8,
-    "vq_strides": [4, 2, 1], "noise": True, "depthwise": True,
+    "sampling_rate": 24000,
+    "encoder_dim": 48,
+    "encoder_rates": [2, 4, 8, 8],
+    "decoder_dim": 1024,
+    "decoder_rates": [8, 8, 4, 2],
+    "attn_window_size": None,
+    "codebook_size": 4096,
+    "codebook_dim": 8,
+    "vq_strides": [4, 2, 1],
+    "noise": True,
+    "depthwise": True,
 }
 
 
@@ -58,8 +66,14 @@ def build_tokenizer(path: Path) -> None:
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     tok.decoder = decoders.Fuse()  # characters join back without spaces between them
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
-                                   pad_token="<pad>", additional_special_tokens=SPECIALS[4:])
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        pad_token="<pad>",
+        additional_special_tokens=SPECIALS[4:],
+    )
     fast.chat_template = CHAT_TEMPLATE
     fast.save_pretrained(path)
 
@@ -74,10 +88,20 @@ def build_tiny_llama(path: str | Path, *, seed: int = 0) -> Path:
         return path
     path.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         # head_dim 64: vLLM's CPU attention kernels take 32/64/80/96/112/128, not 16
-                         num_attention_heads=1, num_key_value_heads=1, max_position_embeddings=4096,
-                         bos_token_id=1, eos_token_id=2, pad_token_id=0, tie_word_embeddings=False)
+    config = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        # head_dim 64: vLLM's CPU attention kernels take 32/64/80/96/112/128, not 16
+        num_attention_heads=1,
+        num_key_value_heads=1,
+        max_position_embeddings=4096,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+        tie_word_embeddings=False,
+    )
     config.torch_dtype = torch.float32
     LlamaForCausalLM(config).save_pretrained(path, safe_serialization=True)
     build_tokenizer(path)

@@ -64,8 +64,21 @@ class ServerProcess:
         """Start it and wait until ``/healthz`` answers (a slow model may take a while)."""
         out: IO[Any] | int = open(self.log, "w") if self.log else subprocess.DEVNULL  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "duplex.app", "serve", "--port", str(self.port), "--log-level", "WARNING",
-             *self.flags], stdout=out, stderr=out, env=self.env)
+            [
+                sys.executable,
+                "-m",
+                "duplex.app",
+                "serve",
+                "--port",
+                str(self.port),
+                "--log-level",
+                "WARNING",
+                *self.flags,
+            ],
+            stdout=out,
+            stderr=out,
+            env=self.env,
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -11,6 +11,7 @@ of a few worker processes instead, at a lower OS priority, each holding one deco
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import queue
 import signal
@@ -62,8 +63,9 @@ class _Worker:
     length-prefixed frames on its pipes."""
 
     def __init__(self, nice: int) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", __name__, "--worker", str(nice)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", __name__, "--worker", str(nice)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
         self.call(b"", ASR_RATE)  # answers once its decoder is built
 
     def call(self, pcm: bytes, rate: int) -> str:
@@ -175,10 +177,8 @@ def _serve(nice: int) -> None:
     # Ctrl-C in a terminal reaches the whole process group: the server shuts its
     # workers down itself, and a worker gone early would fail a turn in progress.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
+    with contextlib.suppress(OSError):
         os.nice(nice)  # when the CPU is short, the server's event loop (VAD, barge-in, pacing) goes first
-    except OSError:
-        pass
     # The frames get their own copy of stdout; anything a library prints goes to stderr.
     stdin, stdout = sys.stdin.buffer, os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())

@@ -20,12 +20,14 @@ import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import espeakng_loader
 import numpy as np
 
 from duplex.pipeline.frames import AudioBuffer
 from duplex.pipeline.talker import SpeechRequest, TalkerChunk, TalkerError, WordMark
+
 
 class _Library:
     """The C library's process-wide state, as Python sees it.
@@ -46,8 +48,14 @@ class _Library:
             if cls.handle is None:
                 lib = ctypes.CDLL(espeakng_loader.get_library_path())
                 lib.espeak_Synth.argtypes = [
-                    ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint, ctypes.c_int, ctypes.c_uint,
-                    ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p,
+                    ctypes.c_void_p,
+                    ctypes.c_size_t,
+                    ctypes.c_uint,
+                    ctypes.c_int,
+                    ctypes.c_uint,
+                    ctypes.c_uint,
+                    ctypes.c_void_p,
+                    ctypes.c_void_p,
                 ]
                 lib.espeak_ListVoices.restype = ctypes.POINTER(ctypes.POINTER(_Voice))
                 rate = lib.espeak_Initialize(
@@ -58,6 +66,7 @@ class _Library:
                 cls.sample_rate = int(rate)
                 cls.handle = lib
             return cls.handle
+
 
 _AUDIO_OUTPUT_SYNCHRONOUS = 2
 _INITIALIZE_DONT_EXIT = 0x8000
@@ -251,7 +260,7 @@ class EspeakRuntime:
         if rc not in (0, 1) or (rc == 1 and not job.aborted):
             raise TalkerError(f"espeak_Synth returned {rc}")
 
-    def _on_audio(self, wav: ctypes._Pointer, count: int, events: ctypes._Pointer) -> int:
+    def _on_audio(self, wav: ctypes._Pointer[ctypes.c_short], count: int, events: ctypes._Pointer[_Event]) -> int:
         job = self._current
         if job is None:
             return 1
@@ -267,8 +276,9 @@ class EspeakRuntime:
             i += 1
         # A copy through bytes: np.ctypeslib.as_array would make (and ctypes cache forever)
         # one array type per distinct block length.
-        samples = (np.frombuffer(ctypes.string_at(wav, count * 2), np.int16) if count > 0 and wav
-                   else np.zeros(0, np.int16))
+        samples = (
+            np.frombuffer(ctypes.string_at(wav, count * 2), np.int16) if count > 0 and wav else np.zeros(0, np.int16)
+        )
         if samples.size or words:
             job.deliver((samples, words))
             job.samples += samples.size
@@ -309,7 +319,9 @@ class EspeakTalker:
     name = "espeak"
     artifact_id = "espeak-ng@" + Path(espeakng_loader.get_data_path()).parent.name
 
-    def __init__(self, runtime: EspeakRuntime | None = None, *, default_voice: str = DEFAULT_VOICE, wpm: int = DEFAULT_WPM) -> None:
+    def __init__(
+        self, runtime: EspeakRuntime | None = None, *, default_voice: str = DEFAULT_VOICE, wpm: int = DEFAULT_WPM
+    ) -> None:
         self._own_runtime = runtime is None
         self.runtime = runtime or EspeakRuntime()
         self.sample_rate = self.runtime.sample_rate
@@ -345,7 +357,7 @@ class EspeakTalker:
                 while (item := await job.out.get()) is not _END:
                     if isinstance(item, BaseException):
                         raise item
-                    samples, words = item  # type: ignore[misc]
+                    samples, words = cast(tuple[np.ndarray, list[tuple[int, int, int]]], item)
                     marks = tuple(WordMark(offset + pos, offset + pos + length, base + at) for pos, length, at in words)
                     yield TalkerChunk(AudioBuffer(samples, "pcm16", self.sample_rate, self.name), marks)
                 base += job.samples

@@ -52,18 +52,22 @@ def check_model_dir(path: str | Path, layout: CodecLayout | None = None) -> dict
     cfg_file = p / "config.json"
     if not cfg_file.is_file():
         raise ValueError(f"{p} has no config.json: not a Hugging Face checkpoint")
-    cfg = json.loads(cfg_file.read_text())
+    cfg: dict[str, Any] = json.loads(cfg_file.read_text())
     archs = set(cfg.get("architectures") or [])
     if not archs & SUPPORTED_ARCHITECTURES:
-        raise ValueError(f"{p}: architecture {sorted(archs) or 'unknown'} is not a supported causal LM "
-                         f"({', '.join(sorted(SUPPORTED_ARCHITECTURES))})")
+        raise ValueError(
+            f"{p}: architecture {sorted(archs) or 'unknown'} is not a supported causal LM "
+            f"({', '.join(sorted(SUPPORTED_ARCHITECTURES))})"
+        )
     if not any(p.glob("*.safetensors")) and not any(p.glob("*.bin")):
         raise ValueError(f"{p} has no weights (*.safetensors or *.bin)")
     if layout is not None:
         vocab = int(cfg.get("vocab_size", 0))
         if vocab <= layout.highest_id:
-            raise ValueError(f"{p}: vocabulary of {vocab} tokens cannot hold the {layout.name} codec tokens "
-                             f"(highest id {layout.highest_id})")
+            raise ValueError(
+                f"{p}: vocabulary of {vocab} tokens cannot hold the {layout.name} codec tokens "
+                f"(highest id {layout.highest_id})"
+            )
     return cfg
 
 
@@ -82,16 +86,23 @@ def model_artifact_id(path: str | Path) -> str:
 class LocalEngine:
     """An in-process vLLM engine, shared by every session of the server."""
 
-    def __init__(self, model: str | Path, *, dtype: str = "float32", max_model_len: int = 4096,
-                 max_num_seqs: int = 16, engine_args: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        model: str | Path,
+        *,
+        dtype: str = "float32",
+        max_model_len: int = 4096,
+        max_num_seqs: int = 16,
+        engine_args: dict[str, Any] | None = None,
+    ) -> None:
         self.model = Path(model)
         self.dtype = dtype
         self.max_model_len = max_model_len
         self.max_num_seqs = max_num_seqs
         self.extra = engine_args or {}
         self.artifact_id = model_artifact_id(self.model)
-        self.llm = None
-        self._tokenizer = None
+        self.llm: Any = None
+        self._tokenizer: Any = None
 
     async def start(self) -> None:
         """Start the engine (tens of seconds on CPU). Nothing is downloaded."""
@@ -102,12 +113,18 @@ class LocalEngine:
         from vllm.v1.engine.async_llm import AsyncLLM
 
         self._tokenizer = AutoTokenizer.from_pretrained(self.model)
-        args = AsyncEngineArgs(model=str(self.model), dtype=self.dtype, max_model_len=self.max_model_len,
-                               max_num_seqs=self.max_num_seqs, enforce_eager=True, **self.extra)
+        args = AsyncEngineArgs(
+            model=str(self.model),
+            dtype=self.dtype,
+            max_model_len=self.max_model_len,
+            max_num_seqs=self.max_num_seqs,
+            enforce_eager=True,
+            **self.extra,
+        )
         self.llm = AsyncLLM.from_engine_args(args)
 
     @property
-    def tokenizer(self):
+    def tokenizer(self) -> Any:
         return self._tokenizer
 
     async def encode(self, text: str) -> list[int]:
@@ -174,15 +191,24 @@ class RemoteEngine:
             raise ValueError(f"the vLLM server at {self.url} serves {served}, not {self.model!r}")
 
     async def encode(self, text: str) -> list[int]:
-        r = await self._client.post("/tokenize", json={"model": self.model, "prompt": text, "add_special_tokens": False})
+        r = await self._client.post(
+            "/tokenize", json={"model": self.model, "prompt": text, "add_special_tokens": False}
+        )
         r.raise_for_status()
         return list(r.json()["tokens"])
 
     async def stream(self, prompt_ids: list[int], params: dict[str, Any], request_id: str) -> AsyncIterator[list[int]]:
-        body = {"model": self.model, "prompt": prompt_ids, "stream": True, "return_token_ids": True,
-                "skip_special_tokens": False, **params}
-        async with self._client.stream("POST", "/v1/completions", json=body,
-                                       headers={"X-Request-Id": request_id}) as response:
+        body = {
+            "model": self.model,
+            "prompt": prompt_ids,
+            "stream": True,
+            "return_token_ids": True,
+            "skip_special_tokens": False,
+            **params,
+        }
+        async with self._client.stream(
+            "POST", "/v1/completions", json=body, headers={"X-Request-Id": request_id}
+        ) as response:
             if response.status_code != 200:
                 raise TalkerError(f"vLLM server answered {response.status_code}: {(await response.aread())[:200]!r}")
             async for line in response.aiter_lines():
@@ -210,8 +236,9 @@ class CodecTalker:
 
     name = "vllm"
 
-    def __init__(self, engine: CodecEngine, layout: CodecLayout, *, temperature: float = 0.6,
-                 top_p: float = 0.95) -> None:
+    def __init__(
+        self, engine: CodecEngine, layout: CodecLayout, *, temperature: float = 0.6, top_p: float = 0.95
+    ) -> None:
         self.engine = engine
         self.layout = layout
         self.temperature = temperature
@@ -241,8 +268,13 @@ class CodecTalker:
         body = lay.prompt_text(request.text, self.resolve_voice(request.voice))
         ids = [*lay.prefix_ids, *(await self.engine.encode(body)), *lay.suffix_ids]
         max_tokens = lay.max_tokens(request.text)
-        params = {"max_tokens": max_tokens, "temperature": self.temperature, "top_p": self.top_p,
-                  "allowed_token_ids": self._allowed, "stop_token_ids": list(lay.stop_ids)}
+        params = {
+            "max_tokens": max_tokens,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "allowed_token_ids": self._allowed,
+            "stop_token_ids": list(lay.stop_ids),
+        }
         # Codec talkers do not say where words fall: place them in proportion to
         # the text over the frame budget (an estimate, and said so).
         budget = max(1, max_tokens // lay.tokens_per_frame)
@@ -268,9 +300,10 @@ class CodecTalker:
                 yield TalkerChunk(AudioBuffer(frame.reshape(-1, 1), CODES, lay.frame_rate, self.name), tuple(marks))
         self.frames_dropped += assembler.dropped
         if announced < len(placed):  # the model stopped early: the rest of the words ride on the end
-            yield TalkerChunk(AudioBuffer(np.zeros((lay.tokens_per_frame, 0), np.int64), CODES, lay.frame_rate,
-                                          self.name), tuple(WordMark(w.start, w.end, assembler.frames)
-                                                            for w in placed[announced:]))
+            yield TalkerChunk(
+                AudioBuffer(np.zeros((lay.tokens_per_frame, 0), np.int64), CODES, lay.frame_rate, self.name),
+                tuple(WordMark(w.start, w.end, assembler.frames) for w in placed[announced:]),
+            )
 
     async def aclose(self) -> None:
         await self.engine.close()

@@ -17,8 +17,17 @@ class OpenAIChatThinker:
 
     name = "openai"
 
-    def __init__(self, url: str, model: str, *, system_prompt: str = "", temperature: float = 0.7,
-                 max_tokens: int = 256, extra_body: dict[str, Any] | None = None, api_key: str = "local") -> None:
+    def __init__(
+        self,
+        url: str,
+        model: str,
+        *,
+        system_prompt: str = "",
+        temperature: float = 0.7,
+        max_tokens: int = 256,
+        extra_body: dict[str, Any] | None = None,
+        api_key: str = "local",
+    ) -> None:
         import httpx
 
         self.url = url.rstrip("/")
@@ -27,8 +36,9 @@ class OpenAIChatThinker:
         self.temperature = temperature
         self.max_tokens = max_tokens
         self.extra_body = extra_body or {}
-        self._client = httpx.AsyncClient(base_url=self.url, timeout=httpx.Timeout(120.0, connect=5.0),
-                                         headers={"Authorization": f"Bearer {api_key}"})
+        self._client = httpx.AsyncClient(
+            base_url=self.url, timeout=httpx.Timeout(120.0, connect=5.0), headers={"Authorization": f"Bearer {api_key}"}
+        )
 
     async def start(self) -> None:
         """Check the endpoint answers and serves the model."""
@@ -48,11 +58,18 @@ class OpenAIChatThinker:
         return msgs
 
     async def think(self, request: ThinkRequest) -> AsyncIterator[str]:
-        body = {"model": self.model, "messages": self.messages(request), "stream": True,
-                "temperature": self.temperature, "max_tokens": self.max_tokens, **self.extra_body,
-                **request.options}
-        async with self._client.stream("POST", "/v1/chat/completions", json=body,
-                                       headers={"X-Request-Id": request.request_id}) as response:
+        body = {
+            "model": self.model,
+            "messages": self.messages(request),
+            "stream": True,
+            "temperature": self.temperature,
+            "max_tokens": self.max_tokens,
+            **self.extra_body,
+            **request.options,
+        }
+        async with self._client.stream(
+            "POST", "/v1/chat/completions", json=body, headers={"X-Request-Id": request.request_id}
+        ) as response:
             if response.status_code != 200:
                 detail = (await response.aread())[:300]
                 raise RuntimeError(f"chat endpoint answered {response.status_code}: {detail!r}")

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from duplex.pipeline.thinker import ThinkRequest
 from duplex.pipeline.talkers.vllm import LocalEngine
+from duplex.pipeline.thinker import ThinkRequest
 
 
 class VllmChatThinker:
@@ -16,8 +16,16 @@ class VllmChatThinker:
 
     name = "vllm"
 
-    def __init__(self, engine: LocalEngine, *, system_prompt: str = "", temperature: float = 0.7,
-                 max_tokens: int = 256, sampling: dict[str, Any] | None = None, owns_engine: bool = True) -> None:
+    def __init__(
+        self,
+        engine: LocalEngine,
+        *,
+        system_prompt: str = "",
+        temperature: float = 0.7,
+        max_tokens: int = 256,
+        sampling: dict[str, Any] | None = None,
+        owns_engine: bool = True,
+    ) -> None:
         self.engine = engine
         self.system_prompt = system_prompt
         self.temperature = temperature

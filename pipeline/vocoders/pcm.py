@@ -21,7 +21,9 @@ class PcmResampleStream:
         self.input_rate = input_rate
         self.output_rate = output_rate
         self._same = input_rate == output_rate
-        self._rs = None if self._same else soxr.ResampleStream(input_rate, output_rate, 1, dtype="float32", quality=quality)
+        self._rs = (
+            None if self._same else soxr.ResampleStream(input_rate, output_rate, 1, dtype="float32", quality=quality)
+        )
 
     def _wrap(self, samples: np.ndarray) -> AudioBuffer | None:
         if samples.size == 0:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import soxr
@@ -23,7 +24,7 @@ from duplex.pipeline.frames import CODES, AudioBuffer
 from duplex.pipeline.talkers.codec import SNAC_FRAME_LEVELS
 
 
-def load_snac(path: str | Path, device: str = "cpu"):
+def load_snac(path: str | Path, device: str = "cpu") -> Any:
     """A SNAC model from a local checkpoint directory, ready to decode."""
     import torch
     from snac import SNAC
@@ -49,8 +50,11 @@ class SnacStream:
         self._frames: list[np.ndarray] = []  # codes [7] of every frame not yet out of the window
         self._first = 0  # index (in the reply) of self._frames[0]
         self._emitted = 0  # frames whose audio has gone out
-        self._rs = None if output_rate == vocoder.sample_rate else soxr.ResampleStream(
-            vocoder.sample_rate, output_rate, 1, dtype="float32")
+        self._rs = (
+            None
+            if output_rate == vocoder.sample_rate
+            else soxr.ResampleStream(vocoder.sample_rate, output_rate, 1, dtype="float32")
+        )
 
     def push(self, buf: AudioBuffer) -> AudioBuffer | None:
         if buf.format != CODES:
@@ -77,8 +81,8 @@ class SnacStream:
             stop = min(upto, start + self.v.max_batch)
             lo = max(self._first, start - self.v.context)
             hi = min(self._first + len(self._frames), stop + self.v.lookahead)
-            audio = self.v.decode(self._frames[lo - self._first: hi - self._first])
-            pieces.append(audio[(start - lo) * n:(stop - lo) * n])
+            audio = self.v.decode(self._frames[lo - self._first : hi - self._first])
+            pieces.append(audio[(start - lo) * n : (stop - lo) * n])
             self._emitted = stop
         # Frames no longer needed as context leave the window.
         keep_from = max(self._first, self._emitted - self.v.context)
@@ -97,14 +101,25 @@ class SnacVocoder:
     name = "snac"
     blocking = True
 
-    def __init__(self, weights: str | Path | None = None, *, model=None, device: str = "cpu", context: int = 2,
-                 lookahead: int = 1, max_batch: int = 16, threads: int | None = None,
-                 levels=SNAC_FRAME_LEVELS) -> None:
+    def __init__(
+        self,
+        weights: str | Path | None = None,
+        *,
+        model: Any = None,
+        device: str = "cpu",
+        context: int = 2,
+        lookahead: int = 1,
+        max_batch: int = 16,
+        threads: int | None = None,
+        levels: tuple[tuple[int, ...], ...] = SNAC_FRAME_LEVELS,
+    ) -> None:
         import torch
 
         if threads:
             torch.set_num_threads(threads)
-        self.model = model if model is not None else load_snac(weights, device)
+        if model is None and weights is None:
+            raise ValueError("SnacVocoder needs weights (a checkpoint directory) or a model")
+        self.model = model if model is not None else load_snac(weights or "", device)
         self.device = device
         self.context = context
         self.lookahead = lookahead
@@ -119,12 +134,15 @@ class SnacVocoder:
         import torch
 
         stacked = np.stack(frames)  # [T, 7]
-        codes = [torch.from_numpy(np.ascontiguousarray(stacked[:, list(pos)].reshape(1, -1))).to(self.device)
-                 for pos in self.levels]
+        codes = [
+            torch.from_numpy(np.ascontiguousarray(stacked[:, list(pos)].reshape(1, -1))).to(self.device)
+            for pos in self.levels
+        ]
         with torch.inference_mode():
             audio = self.model.decode(codes)
         self.frames_decoded += len(frames)
-        return audio.reshape(-1).float().cpu().numpy()
+        pcm: np.ndarray = audio.reshape(-1).float().cpu().numpy()
+        return pcm
 
     def open(self, input_rate: float, output_rate: int) -> SnacStream:
         return SnacStream(self, output_rate)
