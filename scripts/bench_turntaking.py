@@ -31,8 +31,9 @@ import argparse
 import asyncio
 import statistics
 
-from duplex.app.clients.replay import Result, Runner
+from duplex.app.clients.replay import Runner
 from duplex.app.clients.scenario import parse
+from duplex.app.clients.verdicts import Result
 from duplex.app.harness.servers import serving
 from duplex.app.harness.stats import median_p95
 from duplex.pipeline.backends import Backends

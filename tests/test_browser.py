@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 
 from duplex.app.clients.sounds import mix, noise, silence, speech, trim, write_wav
-from tests.test_duplex import wer
+from duplex.app.clients.verdicts import wer
 from tests.util import need
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"

@@ -16,6 +16,7 @@ import websockets
 
 from duplex.app.clients.simulated import SimulatedClient
 from duplex.app.clients.sounds import cough, mix, noise, silence, speech, trim, voiced_bounds
+from duplex.app.clients.verdicts import wer
 
 RATE = 24000
 LONG = " ".join(f"This is sentence number {i} of a long reply." for i in range(12))
@@ -23,16 +24,6 @@ LONG = " ".join(f"This is sentence number {i} of a long reply." for i in range(1
 
 def ms(samples: int, rate: int = RATE) -> int:
     return samples * 1000 // rate
-
-
-def wer(ref: str, hyp: str) -> float:
-    r, h = ref.lower().split(), hyp.lower().split()
-    d = np.zeros((len(r) + 1, len(h) + 1), int)
-    d[:, 0], d[0, :] = range(len(r) + 1), range(len(h) + 1)
-    for i in range(1, len(r) + 1):
-        for j in range(1, len(h) + 1):
-            d[i, j] = min(d[i - 1, j] + 1, d[i, j - 1] + 1, d[i - 1, j - 1] + (r[i - 1] != h[j - 1]))
-    return d[-1, -1] / max(1, len(r))
 
 
 async def connect(server, **session) -> SimulatedClient:

@@ -143,3 +143,10 @@ def test_the_thinker_sees_instructions_and_only_what_was_heard():
         {"role": "assistant", "content": "The sea"},  # heard up to the word begun at 50 ms
         {"role": "user", "content": "and then?"},
     )
+
+
+def test_every_client_event_the_protocol_accepts_has_a_handler():
+    from duplex.app.core.protocol import CLIENT_EVENT_TYPES
+    from duplex.app.core.session import _HANDLERS
+
+    assert set(_HANDLERS) == CLIENT_EVENT_TYPES

@@ -87,8 +87,9 @@ def replay(args: argparse.Namespace) -> int:
     """``duplex replay``: non-zero exit when a scenario fails."""
     from pathlib import Path
 
-    from duplex.app.clients.replay import Runner, table, write_report
+    from duplex.app.clients.replay import Runner
     from duplex.app.clients.scenario import ScenarioError, load
+    from duplex.app.clients.verdicts import table, write_report
 
     files: list[Path] = []
     for name in args.scenarios:

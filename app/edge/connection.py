@@ -16,7 +16,7 @@ import logging
 import math
 import uuid
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
@@ -27,13 +27,29 @@ from duplex.app.core.protocol import ProtocolError, decode_event
 from duplex.app.core.session import Session
 from duplex.app.core.settings import SessionSettings
 from duplex.app.core.wire import Wire
+from duplex.app.edge.config import ServerConfig
+from duplex.app.edge.metrics import Metrics
+from duplex.pipeline.backends import Backends
 from duplex.pipeline.stages import ReplyStages
 from duplex.pipeline.stream import ChunkEvent
 
-if TYPE_CHECKING:
-    from duplex.app.edge.server import DuplexServer
-
 log = logging.getLogger("duplex.server")
+
+
+class Host(Protocol):
+    """What a connection needs of its server: settings, backends, counters."""
+
+    config: ServerConfig
+    backends: Backends
+    metrics: Metrics
+
+    def refuse(self, who: Connection | str, kind: str, reason: str) -> None:
+        """Log and count a refusal or forced close."""
+        ...
+
+    def observe(self, event: ServerEvent) -> None:
+        """Count an event sent to a client."""
+        ...
 
 
 class _ReplyEnded(Exception):
@@ -43,7 +59,7 @@ class _ReplyEnded(Exception):
 class Connection:
     """One client: its session, its running reply and its ordered sends."""
 
-    def __init__(self, server: DuplexServer, ws: ServerConnection, dialect: str) -> None:
+    def __init__(self, server: Host, ws: ServerConnection, dialect: str) -> None:
         self.server = server
         self.ws = ws
         self.loop = asyncio.get_running_loop()

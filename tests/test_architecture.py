@@ -1,0 +1,129 @@
+"""The house: no import cycles, each room imports only what it may, modules stay small.
+
+Read from the source (every ``import`` of a ``duplex`` module, lazy and
+``TYPE_CHECKING`` ones included), so a cycle or a wrong-way dependency fails
+here before it can confuse anyone.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+ROOMS = ("app", "pipeline")
+MAX_LINES = 400
+LONG_REASON = "Why this module is long:"
+
+# Who may import whom (prefixes of ``duplex.*`` module names).
+MAY_IMPORT = {
+    "duplex.pipeline": ("duplex.pipeline",),
+    "duplex.app.core": ("duplex.app.core", "duplex.pipeline"),
+    "duplex.app.edge": ("duplex.app.core", "duplex.app.edge", "duplex.pipeline"),
+    # Clients speak the wire: they may use the protocol's constants and the
+    # pipeline (to make speech), never the server's insides.
+    "duplex.app.clients": ("duplex.app.clients", "duplex.app.core.protocol", "duplex.pipeline"),
+    "duplex.app.cli": ("duplex.app.cli", "duplex.app.core", "duplex.app.edge", "duplex.app.clients", "duplex.pipeline"),
+    "duplex.app.harness": ("duplex.app", "duplex.pipeline"),
+    "duplex.app": ("duplex.app.cli",),  # __main__: the command
+}
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for room in ROOMS:
+        for path in sorted((ROOT / room).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(("duplex", *parts))
+            found[name.removesuffix(".__init__")] = path
+    return found
+
+
+def imports(path: Path, known: set[str]) -> set[str]:
+    """The ``duplex`` modules ``path`` imports (a ``from m import x`` names ``m.x`` if that is a module)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name.startswith("duplex.")}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("duplex"):
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                out.add(sub if sub in known else node.module)
+    return out & known
+
+
+def graph() -> dict[str, set[str]]:
+    mods = modules()
+    return {name: imports(path, set(mods)) - {name} for name, path in mods.items()}
+
+
+def cycles(g: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in g[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in g:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_import_graph_has_no_cycle():
+    g = graph()
+    assert len(g) > 50, "the walk found the package"
+    assert cycles(g) == []
+
+
+def test_a_cycle_would_be_found():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_each_room_imports_only_what_it_may():
+    wrong = []
+    for module, deps in graph().items():
+        room = next(r for r in sorted(MAY_IMPORT, key=len, reverse=True) if module == r or module.startswith(r + "."))
+        allowed = MAY_IMPORT[room]
+        wrong += [f"{module} -> {d}" for d in deps if not d.startswith(allowed)]
+    assert wrong == []
+
+
+def test_modules_stay_small_or_say_why():
+    long = []
+    for name, path in modules().items():
+        text = path.read_text()
+        if text.count("\n") > MAX_LINES and LONG_REASON not in (ast.get_docstring(ast.parse(text)) or ""):
+            long.append(f"{name}: {text.count(chr(10))} lines")
+    assert long == []
+
+
+def test_scripts_use_the_package_not_the_tests():
+    for path in (ROOT / "scripts").glob("*.py"):
+        tree = ast.parse(path.read_text())
+        names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+        names += [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+        assert not [m for m in names if m == "tests" or m.startswith("tests.")], path.name
+        assert "sys.path.insert" not in path.read_text(), path.name

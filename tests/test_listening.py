@@ -1,0 +1,148 @@
+"""Turn detection and barge-in, sans I/O, driven by synthetic voice-activity signals.
+
+A scripted voice-activity model answers each window with the probability the test
+wrote for it, so every boundary and decision can be checked to the sample.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from duplex.app.core.bargein import BargeIn, BargeState
+from duplex.app.core.listening import Listener
+from duplex.app.core.settings import TurnDetection
+from duplex.app.core.signals import Interrupt, Pause, Resume, Started, Stopped, Turn
+from duplex.app.core.turns import SilenceWindow, turn_detector
+
+RATE = 16000  # the model's rate too: one window is 512 input samples
+WINDOW = 512
+
+
+class Script:
+    """A voice-activity model that reads its probabilities from a list, window by window."""
+
+    name = "script"
+    rate = RATE
+    window = WINDOW
+
+    def __init__(self, probabilities: list[float]) -> None:
+        self.probabilities = probabilities
+        self.asked = 0
+
+    def stream(self) -> Script:
+        return self
+
+    def probability(self, window: np.ndarray) -> float:
+        p = self.probabilities[self.asked] if self.asked < len(self.probabilities) else 0.0
+        self.asked += 1
+        return p
+
+    def skip(self, window: np.ndarray) -> None:
+        self.asked += 1
+
+
+def windows(ms: int) -> int:
+    return ms * RATE // 1000 // WINDOW
+
+
+def listen(probabilities: list[float], td: TurnDetection, *, replying: bool = False, extra: int = 40) -> list:
+    """Feed one window of (loud) audio per probability, plus ``extra`` quiet windows."""
+    ears = Listener(Script(probabilities), RATE, td, floor_dbfs=float("-inf"))
+    loud = np.full(WINDOW, 3000, np.int16)
+    out = []
+    for _ in range(len(probabilities) + extra):
+        out += ears.push(loud, replying=replying)
+    return out
+
+
+TD = TurnDetection(threshold=0.5, prefix_padding_ms=0, silence_duration_ms=500, min_speech_ms=150, barge_in_min_ms=800)
+
+
+def test_speech_starts_at_the_first_window_over_the_threshold_and_ends_after_the_silence_window():
+    probs = [0.1] * 10 + [0.9] * 20 + [0.1] * 30
+    out = listen(probs, TD)
+    started = [s for s in out if isinstance(s, Started)]
+    stopped = [s for s in out if isinstance(s, Stopped)]
+    assert [s.onset for s in started] == [10 * WINDOW]
+    assert [s.speech_end for s in stopped] == [30 * WINDOW]
+    # The turn ends 500 ms after the speech, at the first window that completes that much silence.
+    assert stopped[0].audio_end == 30 * WINDOW + 500 * RATE // 1000
+    [turn] = [s for s in out if isinstance(s, Turn)]
+    assert turn.audio_start == 10 * WINDOW and turn.audio_end == stopped[0].audio_end
+    # The recogniser gets the speech and a 150 ms tail, not the whole silence window.
+    assert turn.audio.size == 20 * WINDOW + 150 * RATE // 1000
+
+
+def test_hysteresis_keeps_a_dip_in_speech_and_a_short_pause_does_not_end_the_turn():
+    pause = windows(400)  # shorter than the 500 ms window
+    probs = [0.9] * 10 + [0.4] * 3 + [0.9] * 5 + [0.0] * pause + [0.9] * 10 + [0.0] * 30
+    out = listen(probs, TD)
+    assert [type(s) for s in out if isinstance(s, (Started, Stopped, Turn))] == [Started, Stopped, Turn]
+
+
+def test_a_click_is_not_a_turn():
+    out = listen([0.9] * windows(100) + [0.0] * 30, TD)
+    assert [type(s) for s in out] == [Started, Stopped]
+
+
+def test_the_silence_window_is_the_setting():
+    for silence in (200, 800):
+        td = replace(TD, silence_duration_ms=silence)
+        [stopped] = [s for s in listen([0.9] * 20 + [0.0] * 40, td) if isinstance(s, Stopped)]
+        waited = stopped.audio_end - stopped.speech_end
+        assert waited == silence * RATE // 1000
+
+
+def test_speech_over_a_reply_pauses_it_and_a_short_sound_resumes_it_without_a_turn():
+    out = listen([0.9] * windows(400) + [0.0] * 30, TD, replying=True)
+    assert [type(s) for s in out] == [Started, Pause, Stopped, Resume]
+
+
+def test_speech_over_a_reply_that_lasts_interrupts_it_at_the_onset_then_becomes_a_turn():
+    onset = 5
+    out = listen([0.0] * onset + [0.9] * windows(1200) + [0.0] * 30, TD, replying=True)
+    kinds = [type(s) for s in out]
+    assert kinds == [Started, Pause, Interrupt, Stopped, Turn]
+    interrupt = out[kinds.index(Interrupt)]
+    assert interrupt.onset == onset * WINDOW  # where the speech began, not where it was decided
+
+
+def test_with_interrupt_response_off_speech_over_a_reply_is_only_a_turn():
+    td = replace(TD, interrupt_response=False)
+    out = listen([0.9] * windows(1200) + [0.0] * 30, td, replying=True)
+    assert [type(s) for s in out] == [Started, Stopped, Turn]
+
+
+def test_the_barge_in_policy_moves_through_its_states():
+    policy = BargeIn(TD, RATE)
+    assert policy.started(1000, replying=False) == [] and policy.state is BargeState.NONE
+    assert policy.stopped(1000, 2000) == []
+    assert policy.started(1000, replying=True) == [Pause(1000)] and policy.state is BargeState.PAUSED
+    assert policy.speaking(1000, 1000 + 799 * RATE // 1000) == [] and policy.state is BargeState.PAUSED
+    assert policy.speaking(1000, 1000 + 800 * RATE // 1000) == [Interrupt(1000)]
+    assert policy.state is BargeState.INTERRUPTED
+    assert policy.speaking(1000, 1000 + 900 * RATE // 1000) == [], "one interruption per segment"
+    assert policy.stopped(1000, 1000 + 900 * RATE // 1000) == [] and policy.state is BargeState.NONE
+    policy.started(5000, replying=True)
+    assert policy.stopped(5000, 5000 + 100) == [Resume()]
+    policy.started(5000, replying=True)
+    assert policy.stopped(5000, 5000 + 900 * RATE // 1000) == [Interrupt(5000)], "long speech that ended at once"
+
+
+def test_server_vad_is_a_silence_window_chosen_by_type():
+    detector = turn_detector(TD, 24000)
+    assert isinstance(detector, SilenceWindow)
+    assert detector.ended(48000, 48000 + 11999) is None
+    assert detector.ended(48000, 48000 + 12000) == 60000
+    with pytest.raises(KeyError):
+        turn_detector(replace(TD, type="no_such_policy"), 24000)
+
+
+def test_prefix_padding_reaches_back_before_the_onset():
+    td = replace(TD, prefix_padding_ms=300)
+    out = listen([0.0] * 40 + [0.9] * 20 + [0.0] * 30, td)
+    [started] = [s for s in out if isinstance(s, Started)]
+    assert started.onset - started.audio_start == 300 * RATE // 1000

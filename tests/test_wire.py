@@ -1,0 +1,100 @@
+"""The wire: every kind of server event renders, in GA and beta shapes, from one module."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+from duplex.app.core import events as ev
+from duplex.app.core.protocol import ProtocolError
+from duplex.app.core.settings import SessionSettings
+from duplex.app.core.wire import BETA, BETA_NAMES, GA, Wire
+
+REF = ev.ContentRef("resp_1", "item_2")
+AUDIO_ITEM = ev.ItemView("item_2", "message", "completed", "assistant", (ev.PartView("output_audio", "Hi."),))
+USER_ITEM = ev.ItemView("item_1", "message", "completed", "user", (ev.PartView("input_text", "Hello"),))
+RESPONSE = ev.ResponseView(
+    "resp_1", "completed", None, (AUDIO_ITEM,), "sess_1", ("audio",), 24000, "alloy", {"first_audio": 3.0}
+)
+
+SAMPLES: list[ev.ServerEvent] = [
+    ev.SessionCreated("sess_1", SessionSettings()),
+    ev.SessionUpdated("sess_1", SessionSettings(instructions="Be brief.")),
+    ev.SessionSynced("sim3", 4800, 200),
+    ev.Error(ProtocolError("invalid_value", "bad", param="session.voice", event_id="c1")),
+    ev.ItemAdded(None, USER_ITEM),
+    ev.ItemDone(None, USER_ITEM),
+    ev.ItemRetrieved(USER_ITEM),
+    ev.ItemDeleted("item_1"),
+    ev.ItemTruncated("item_2", 0, 120),
+    ev.TranscriptionCompleted("item_1", 0, "hello", 12.345),
+    ev.TranscriptionFailed("item_1", 0, "worker died"),
+    ev.BufferCommitted(None, "item_1"),
+    ev.BufferCleared(),
+    ev.SpeechStarted(100, "item_1"),
+    ev.SpeechStopped(900, "item_1"),
+    ev.ResponseCreated(
+        ev.ResponseView("resp_1", "in_progress", None, (AUDIO_ITEM,), "sess_1", ("audio",), 24000, "alloy")
+    ),
+    ev.ResponseDone(RESPONSE),
+    ev.OutputItemAdded("resp_1", 0, AUDIO_ITEM),
+    ev.OutputItemDone("resp_1", 0, AUDIO_ITEM),
+    ev.ContentPartAdded(REF, ev.PartView("output_audio", "")),
+    ev.ContentPartDone(REF, ev.PartView("output_audio", "Hi.")),
+    ev.AudioDelta(REF, 1, 0, 4800, 0, b"\x01\x00\x02\x00"),
+    ev.AudioDone(REF),
+    ev.AudioTranscriptDelta(REF, "Hi."),
+    ev.AudioTranscriptDone(REF, "Hi."),
+    ev.TextDelta(REF, "Hi."),
+    ev.TextDone(REF, "Hi."),
+    ev.AudioPaused(REF, 1, 80, 96),
+    ev.AudioResumed(REF, 1),
+]
+
+
+def test_every_kind_of_event_has_a_sample_here():
+    assert {type(e) for e in SAMPLES} == set(ev.SERVER_EVENTS)
+
+
+def test_every_event_renders_as_json_with_a_unique_event_id_in_both_dialects():
+    for dialect in (GA, BETA):
+        wire = Wire("sess_abcdef", dialect)
+        ids = set()
+        for event in SAMPLES:
+            for frame in wire.render(event):
+                body = json.loads(frame)
+                name = BETA_NAMES.get(event.type, event.type) if dialect == BETA else event.type
+                assert body["type"] == name
+                assert body["event_id"].startswith("evt_") and body["event_id"] not in ids
+                ids.add(body["event_id"])
+
+
+def test_ga_and_beta_shapes():
+    ga, beta = Wire("s", GA), Wire("s", BETA)
+    delta = ga.to_dict(SAMPLES[21])
+    assert delta["type"] == "response.output_audio.delta"
+    assert (delta["response_id"], delta["item_id"], delta["output_index"], delta["content_index"]) == (
+        "resp_1",
+        "item_2",
+        0,
+        0,
+    )
+    assert base64.b64decode(delta["delta"]) == b"\x01\x00\x02\x00"
+    assert beta.to_dict(SAMPLES[21])["type"] == "response.audio.delta"
+    done = beta.to_dict(ev.ResponseDone(RESPONSE))
+    assert done["response"]["output"][0]["content"][0] == {"type": "audio", "transcript": "Hi."}
+    assert ga.to_dict(ev.ResponseDone(RESPONSE))["response"]["output"][0]["content"][0]["type"] == "output_audio"
+    assert beta.render(ev.ItemDone(None, USER_ITEM)) == [], "the beta protocol has no conversation.item.done"
+    assert beta.to_dict(ev.ItemAdded(None, USER_ITEM))["type"] == "conversation.item.created"
+    assert ga.to_dict(SAMPLES[0])["session"]["audio"]["output"]["voice"] == "alloy"
+    assert beta.to_dict(SAMPLES[0])["session"]["voice"] == "alloy"
+    err = ga.to_dict(SAMPLES[3])["error"]
+    assert (err["code"], err["param"], err["event_id"]) == ("invalid_value", "session.voice", "c1")
+    assert "recognition_ms" not in ga.to_dict(ev.TranscriptionCompleted("i", 0, "x"))
+
+
+def test_binary_audio_goes_as_a_header_then_the_pcm():
+    header, pcm = Wire("s").render(SAMPLES[21], binary_audio=True)
+    body = json.loads(header)
+    assert body["binary"] is True and "delta" not in body
+    assert pcm == b"\x01\x00\x02\x00"
