@@ -3,7 +3,7 @@
 Runs ``duplex serve`` in its own process (clients here must not share its GIL),
 drives it with 1, 10 and 50 concurrent WebSocket sessions, and prints a table of
 median and p95 with ratios against baselines measured in the same run:
-the in-process engine (no server, no network) for first audio and throughput,
+the in-process reply stages (no server, no network) for first audio and throughput,
 and a protocol round trip (``conversation.item.retrieve``) for cancel.
 
     python scripts/bench_server.py [--quick]
@@ -79,8 +79,8 @@ async def round_trip(c: RealtimeClient, item_id: str) -> float:
     return time.perf_counter() - t0
 
 
-async def baseline_engine(turns: int) -> tuple[list[float], float]:
-    """In-process engine, no server: first chunk latency and audio/wall throughput."""
+async def baseline_pipeline(turns: int) -> tuple[list[float], float]:
+    """In-process reply stages, no server: first chunk latency and audio/wall throughput."""
     talker = EspeakTalker()
     firsts: list[float] = []
     for i in range(turns):
@@ -183,7 +183,7 @@ async def main() -> None:
     ap.add_argument("--quick", action="store_true", help="fewer turns, 5 s stalled reader")
     args = ap.parse_args()
     turns = 4 if args.quick else 12
-    base_first, base_rtf = await baseline_engine(turns * 3)
+    base_first, base_rtf = await baseline_pipeline(turns * 3)
     rng = random.Random(7)
     with ServerProcess().running() as server:
         port, pid = server.port, server.pid
@@ -191,12 +191,12 @@ async def main() -> None:
         results = {n: await run_level(port, n, turns, rng) for n in (1, 10, 50)}
         peak, after = await stalled_reader(port, pid, 5 if args.quick else 30)
     cfg = ServerConfig()
-    bound_kib = (cfg.engine.talker_queue.max_bytes + cfg.engine.output_queue.max_bytes + cfg.write_limit) / 1024
+    bound_kib = (cfg.queues.talker_queue.max_bytes + cfg.queues.output_queue.max_bytes + cfg.write_limit) / 1024
     rtt_1 = median(results[1]["rtt"])
     print(f"\nDuplex server benchmark: loopback, {os.cpu_count()} CPUs, built-in voice, 24 kHz out\n")
     print("| metric | median | p95 | ratio to baseline |")
     print("|---|---|---|---|")
-    print(row("baseline: in-process engine, first chunk", base_first, "ms", 1000))
+    print(row("baseline: in-process pipeline, first chunk", base_first, "ms", 1000))
     print(row("baseline: protocol round trip (1 session)", results[1]["rtt"], "ms", 1000))
     for n, r in results.items():
         print(
@@ -210,7 +210,7 @@ async def main() -> None:
         )
     for n, r in results.items():
         print(row(f"response.cancel -> response.done, {n} sessions", r["cancel"], "ms", 1000, rtt_1 * 1000))
-    print(f"| baseline: in-process engine speed | {base_rtf:.0f}x real time | | |")
+    print(f"| baseline: in-process pipeline speed | {base_rtf:.0f}x real time | | |")
     for n, r in results.items():
         print(
             f"| audio s per wall s per session, pacing off, {n} sessions | {median(r['speed']):.1f}x "
