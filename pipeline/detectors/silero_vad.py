@@ -47,14 +47,12 @@ class SileroVad:
         self._session = ort.InferenceSession(str(self.path), options, providers=["CPUExecutionProvider"])
         self._sr = np.array(RATE, np.int64)
         self._lock = threading.Lock()  # callers may share it across threads
-        self.windows = 0
 
     def infer(self, frames: np.ndarray, state: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Speech probabilities for ``frames`` ``[B, 576]`` (64 context + 512 new samples,
         float32 in [-1, 1]) and the next recurrent ``state`` ``[2, B, 128]``."""
         with self._lock:
             out, new_state = self._session.run(None, {"input": frames, "state": state, "sr": self._sr})
-            self.windows += frames.shape[0]
         return out[:, 0], new_state
 
     def stream(self) -> SileroStream:

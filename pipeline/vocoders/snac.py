@@ -127,7 +127,6 @@ class SnacVocoder:
         self.levels = levels
         self.sample_rate = int(self.model.sampling_rate)
         self.frame_samples = int(self.model.hop_length * max(self.model.vq_strides))
-        self.frames_decoded = 0
 
     def decode(self, frames: list[np.ndarray]) -> np.ndarray:
         """Decode whole frames (codes ``[7]`` each) to float32 PCM at the model's rate."""
@@ -140,7 +139,6 @@ class SnacVocoder:
         ]
         with torch.inference_mode():
             audio = self.model.decode(codes)
-        self.frames_decoded += len(frames)
         pcm: np.ndarray = audio.reshape(-1).float().cpu().numpy()
         return pcm
 
