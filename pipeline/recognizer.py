@@ -16,6 +16,11 @@ class Recognizer(Protocol):
 
     name: str
 
+    @property
+    def concurrency(self) -> int:
+        """Utterances it decodes at once (its workers); more wait their turn."""
+        ...
+
     async def start(self) -> None:
         """Load models and start workers now, so the first turn does not wait."""
         ...

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack
 from typing import Any
@@ -70,3 +71,34 @@ async def make_server(backends: Backends) -> AsyncIterator[Callable[..., Awaitab
             )
 
         yield make
+
+
+class _Tracebacks(logging.Handler):
+    """Collects every log record that carries a traceback."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.exc_info or record.levelno >= logging.ERROR:
+            self.records.append(record)
+
+
+@pytest.fixture(autouse=True)
+def no_traceback_in_the_log() -> Iterator[None]:
+    """Bad input gets an error event, never a traceback: any test that makes the
+    server (or the WebSocket library under it) log one fails."""
+    handler = _Tracebacks()
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+    if handler.records:
+        r = handler.records[0]
+        pytest.fail(
+            f"{len(handler.records)} log record(s) with a traceback or error, first: {r.name}: {r.getMessage()}",
+            pytrace=False,
+        )

@@ -112,14 +112,21 @@ async def test_input_faster_than_allowed_is_refused_and_the_session_goes_on(make
     await c.close()
 
 
-async def test_binary_frame_over_the_size_limit_gets_an_error(make_server):
+@pytest.mark.parametrize(
+    "frame", [b"\x00" * 8192, json.dumps({"type": "input_audio_buffer.append", "audio": "A" * 8192})]
+)
+async def test_a_message_over_the_size_limit_is_refused_before_it_is_buffered(make_server, frame):
     server = await make_server(max_message_bytes=4096)
+    other = await RealtimeClient.connect(server.port)
     c = await RealtimeClient.connect(server.port)
     await c.update(binary_audio=True)
-    await c.send_raw(b"\x00" * 8192)
-    assert (await c.until("error"))["error"]["code"] == "message_too_large"
-    await c.say("still here")
-    await c.close()
+    await c.send_raw(frame)
+    with pytest.raises(websockets.ConnectionClosed) as info:
+        async with asyncio.timeout(10):
+            await c.recv()
+    assert info.value.rcvd is not None and info.value.rcvd.code == 1009  # message too big
+    await other.say("the other session goes on")
+    await other.close()
 
 
 async def test_reply_length_limit_ends_the_reply_and_stops_the_talker(make_server, espeak_runtime):
@@ -167,7 +174,12 @@ async def test_a_client_that_stops_reading_is_closed_within_bounds(make_server):
     ):
         await ws.send(json.dumps(event))
     ws.transport.pause_reading()  # and never read again
+    stalled = 'duplex_refusals_total{kind="stalled"} 1'
+    await until(lambda: stalled in server.metrics_text(), 30, what="the stall noticed")
+    refused_at = asyncio.get_running_loop().time()
     await until(lambda: not server.connections, 30, what="the stalled client closed")
+    # Closed within a second or so of the refusal, not at the next keepalive tick (20 s).
+    assert asyncio.get_running_loop().time() - refused_at < 3.0
     bound = server.config.queues.talker_queue.max_bytes + server.config.queues.output_queue.max_bytes
     assert server.metrics.value("duplex_queue_high_water_bytes") <= bound
     assert stage_tasks() == []

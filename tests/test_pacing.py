@@ -93,3 +93,17 @@ def test_a_later_ack_does_not_move_where_playback_was_earlier():
     assert p.played(0.2) == 200  # from the ack at 0.1, not the one at 0.5
     assert p.played(0.45) == 400  # never past what the next ack says
     assert p.played(0.05) <= 100
+
+
+def test_an_earlier_input_sample_keeps_its_time_after_a_gap():
+    """A barge-in's onset maps to one session time, before and after input resumes from a stall."""
+    rate = 24000
+    clock = SessionClock(0.0)
+    for i in range(50):  # 1 s of input in 20 ms frames, in real time
+        clock.on_input(0.02, 0.02 * (i + 1))
+    onset = int(0.9 * rate)
+    before = clock.time_of_input(onset, rate)
+    clock.on_input(0.02, 1.6)  # the next frame comes 0.6 s late: time moved on by the wall clock
+    assert clock.time_of_input(onset, rate) == before
+    later = clock.time_of_input(int(1.0 * rate), rate)
+    assert later > 1.0 + 0.5, "the late frame is placed when it arrived"

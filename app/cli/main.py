@@ -144,8 +144,13 @@ def main(argv: list[str] | None = None) -> int:
 
         logs.setup(args.log_level, args.log_format)
         config = from_args(ServerConfig, args)
-        if not config.api_key:
-            config.api_key = None
+        if config.api_key is not None and not config.api_key.strip():
+            # An empty key must not quietly turn authentication off.
+            print(
+                "duplex: --api-key (or $DUPLEX_API_KEY) is empty: set a key, or unset it to run without one",
+                file=sys.stderr,
+            )
+            return 2
         try:
             asyncio.run(serve(config, from_args(BackendChoice, args)))
         except BackendError as exc:

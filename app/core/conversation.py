@@ -7,7 +7,7 @@ import binascii
 from dataclasses import dataclass, field
 from typing import Any
 
-from duplex.app.core.events import ItemView, PartView
+from duplex.app.core.events import ItemDeleted, ItemView, PartView
 from duplex.app.core.protocol import ProtocolError, check_type
 from duplex.pipeline.talker import WordMark
 
@@ -58,6 +58,11 @@ class Item:
         return " ".join(p.text for p in self.content if p.text)
 
     @property
+    def chars(self) -> int:
+        """Characters of text it holds (what the conversation's bound counts)."""
+        return max(sum(len(p.text) for p in self.content if p.text), len(self.full_text))
+
+    @property
     def audio_ms(self) -> int:
         """Milliseconds of audio this item has had sent to the client."""
         return self.audio_samples * 1000 // self.audio_rate if self.audio_rate else 0
@@ -90,8 +95,8 @@ def decode_audio(b64: str, param: str) -> bytes:
     return raw
 
 
-def parse_item(data: dict[str, Any], new_id: str) -> Item:
-    """Validate a client ``conversation.item.create`` item."""
+def parse_item(data: dict[str, Any], new_id: str, *, max_chars: int) -> Item:
+    """Validate a client ``conversation.item.create`` item (at most ``max_chars`` of text)."""
     p = "item"
     kind = data.get("type", "message")
     if kind != "message":
@@ -128,7 +133,12 @@ def parse_item(data: dict[str, Any], new_id: str) -> Item:
                 check_type(part["audio"], (str,), f"{pp}.audio")
                 decode_audio(part["audio"], f"{pp}.audio")
             parts.append(Part(ptype, transcript))
-    return Item(item_id, role, parts)
+    item = Item(item_id, role, parts)
+    if item.chars > max_chars:
+        raise ProtocolError(
+            "item_too_large", f"{p} holds {item.chars} characters of text; at most {max_chars}", param=f"{p}.content"
+        )
+    return item
 
 
 class Conversation:
@@ -176,3 +186,30 @@ class Conversation:
     def delete(self, item_id: str) -> None:
         self.items.remove(self.get(item_id))
         del self._by_id[item_id]
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    @property
+    def chars(self) -> int:
+        """Characters of text in every item."""
+        return sum(item.chars for item in self.items)
+
+    def evict(self, max_items: int, max_chars: int, keep: set[str]) -> list[str]:
+        """Drop the oldest items (but those in ``keep``) until the conversation is within
+        bounds; return their ids."""
+        gone: list[str] = []
+        chars = self.chars
+        for item in list(self.items):
+            if len(self.items) <= max_items and chars <= max_chars:
+                break
+            if item.id in keep:
+                continue
+            chars -= item.chars
+            self.delete(item.id)
+            gone.append(item.id)
+        return gone
+
+    def make_room(self, max_items: int, max_chars: int, keep: set[str]) -> list[ItemDeleted]:
+        """:meth:`evict`, as the events that tell the client."""
+        return [ItemDeleted(item_id) for item_id in self.evict(max_items, max_chars, keep)]

@@ -17,3 +17,13 @@ class SessionLimits:
     input_burst_s: float = 30.0
     """...after a burst of this many seconds (a replay catching up, a reconnect)."""
     max_reply_s: float = field(default=300.0, metadata={"help": "longest reply, in seconds of audio"})
+    max_pending_transcriptions: int = 4
+    """Committed turns a session may have waiting for the recogniser at once."""
+    max_item_chars: int = 32 * 1024
+    """Text one item (or the instructions) may hold; more is refused with an error."""
+    max_reply_chars: int = 32 * 1024
+    """Text one reply may say; there it ends as incomplete, like a length limit."""
+    max_items: int = 1000
+    max_conversation_chars: int = 1024 * 1024
+    """Bounds of a conversation: a client item beyond them is refused; the server's
+    own items (turns, replies) make room by dropping the oldest (``item.deleted``)."""

@@ -6,8 +6,12 @@ time exactly and a replay faster than real time behaves like one in real time.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass
+
+MAX_BREAKS = 256
+"""Offset changes remembered for mapping past input samples (only recent ones matter)."""
 
 
 class SessionClock:
@@ -18,6 +22,10 @@ class SessionClock:
     amount of input received, so it advances exactly as fast as the client's
     capture does, however fast the client sends it. When input stops, time
     carries on from there at wall speed; when it resumes, time never steps back.
+
+    Each resumption moves the offset between input time and session time forward
+    for the input that follows; input captured before keeps the offset it had, so
+    the session time of an earlier sample (a barge-in's onset) never moves.
     """
 
     def __init__(self, start_wall: float, *, idle_s: float = 0.3) -> None:
@@ -27,6 +35,8 @@ class SessionClock:
         ``session.sync`` to replay faster than real time): wall time never counts."""
         self._input_s = 0.0
         self._offset = 0.0
+        self._break_at = [0.0]  # input seconds from which ...
+        self._break_offset = [0.0]  # ... this offset applies
         self._ref_wall = start_wall
         self._streaming_ever = False
 
@@ -38,8 +48,21 @@ class SessionClock:
     def use_input_only(self, wall: float) -> None:
         """From now on only input moves time (time stays where it is now)."""
         if not self.input_only:
-            self._offset = max(self._offset, self.now(wall) - self._input_s)
+            self._set_offset(max(self._offset, self.now(wall) - self._input_s), self._input_s)
             self.input_only = True
+
+    def _set_offset(self, offset: float, from_input_s: float) -> None:
+        """Input from ``from_input_s`` on maps to session time with ``offset``."""
+        if offset == self._offset:
+            return
+        self._offset = offset
+        if self._break_at[-1] == from_input_s:
+            self._break_offset[-1] = offset
+        else:
+            self._break_at.append(from_input_s)
+            self._break_offset.append(offset)
+        if len(self._break_at) > 2 * MAX_BREAKS:
+            del self._break_at[:MAX_BREAKS], self._break_offset[:MAX_BREAKS]
 
     def streaming(self, wall: float) -> bool:
         """Whether the client is streaming input now."""
@@ -51,10 +74,11 @@ class SessionClock:
         """``seconds`` of input audio arrived at ``wall``."""
         was_streaming = self.streaming(wall)
         extrapolated = self.now(wall)
+        start = self._input_s
         self._input_s += seconds
         if not was_streaming:
             # Resuming after a gap: keep time monotonic without counting the gap twice.
-            self._offset = max(self._offset, extrapolated - self._input_s)
+            self._set_offset(max(self._offset, extrapolated - self._input_s), start)
         self._ref_wall = wall
         self._streaming_ever = True
 
@@ -66,8 +90,11 @@ class SessionClock:
         return t + max(0.0, wall - self._ref_wall)
 
     def time_of_input(self, samples: int, rate: int) -> float:
-        """Session time at which input sample ``samples`` was captured."""
-        return samples / rate + self._offset
+        """Session time at which input sample ``samples`` was captured (with the offset
+        in force when it arrived, however many gaps came after it)."""
+        s = samples / rate
+        i = bisect_right(self._break_at, s + 1e-6) - 1  # input seconds are summed floats: allow their drift
+        return s + self._break_offset[max(i, 0)]
 
     def wall_for(self, target: float, wall: float) -> float | None:
         """Wall seconds until session time reaches ``target`` if no input arrives, or

@@ -17,6 +17,11 @@ DEFAULT_PORT = 8765
 DEFAULT_URL = f"ws://127.0.0.1:{DEFAULT_PORT}{REALTIME_PATH}"
 """Where a client finds a server started with the defaults."""
 
+MAX_DEPTH = 32
+"""Deepest nesting of arrays and objects a client event may have (OpenAI's events need 6)."""
+MAX_INT = 2**53
+"""Largest integer magnitude a client event may carry."""
+
 _NONE = type(None)
 # Client events we accept, with their top-level fields: name -> (types, required).
 _SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
@@ -111,7 +116,10 @@ def _type_name(types: tuple[type, ...]) -> str:
 
 
 def check_type(value: Any, types: tuple[type, ...], param: str) -> None:
-    """Raise ProtocolError unless ``value`` is one of ``types`` (a bool is not an int)."""
+    """Raise ProtocolError unless ``value`` is one of ``types`` (a bool is not an int).
+
+    Integers must be exact in a double (|n| <= 2**53, JSON's safe range): a client
+    sending 10**400 gets an error, not an overflow deep inside a clock."""
     ok = isinstance(value, types) and not (isinstance(value, bool) and bool not in types)
     if not ok and float in types and isinstance(value, int) and not isinstance(value, bool):
         ok = True
@@ -119,6 +127,23 @@ def check_type(value: Any, types: tuple[type, ...], param: str) -> None:
         raise ProtocolError(
             "invalid_type", f"{param} must be {_type_name(types)}, got {type(value).__name__}", param=param
         )
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT:
+        raise ProtocolError("invalid_value", f"{param} is out of range (|n| <= 2**53)", param=param)
+
+
+def _depth(value: Any) -> int:
+    """How deeply arrays and objects nest in a parsed JSON value (without recursion)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, dict | list):
+            deepest = max(deepest, d)
+            stack.extend((x, d + 1) for x in (v.values() if isinstance(v, dict) else v))
+    return deepest
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
 
 
 def decode_event(message: str | bytes, *, max_bytes: int) -> ClientEvent:
@@ -127,11 +152,15 @@ def decode_event(message: str | bytes, *, max_bytes: int) -> ClientEvent:
     if size > max_bytes:
         raise ProtocolError("message_too_large", f"message of {size} bytes exceeds the limit of {max_bytes} bytes")
     try:
-        data = json.loads(message)
+        data = json.loads(message, parse_constant=_no_constants)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ProtocolError("invalid_json", f"message is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ProtocolError("invalid_json", f"message nests deeper than {MAX_DEPTH} levels") from None
     if not isinstance(data, dict):
         raise ProtocolError("invalid_event", f"an event must be a JSON object, got {type(data).__name__}")
+    if _depth(data) > MAX_DEPTH:
+        raise ProtocolError("invalid_json", f"message nests deeper than {MAX_DEPTH} levels")
     event_id = data.get("event_id")
     if event_id is not None and not isinstance(event_id, str):
         raise ProtocolError("invalid_type", "event_id must be a string", param="event_id")

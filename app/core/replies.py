@@ -122,12 +122,15 @@ class Replies:
         rid = ctx.new_id("resp")
         playout = Playout(settings.output_rate, settings.pacing.lead_ms / 1000)
         r = Reply(rid, item, self.epoch, options.modalities, "", options.voice, playout, now)
+        prev = ctx.conversation.add(item)  # first: if it fails, no reply is left half begun
+        lim = ctx.limits
+        room = ctx.conversation.make_room(lim.max_items, lim.max_conversation_chars, {item.id})
         self.active = r
         if audio:
             self.heard = r
-        prev = ctx.conversation.add(item)
         part = Part("output_audio", "") if audio else Part("output_text", "")
         out: Output = [
+            *room,
             ResponseCreated(self._view(r, "in_progress")),
             OutputItemAdded(rid, 0, item.view()),
             ItemAdded(prev, item.view()),
@@ -221,6 +224,9 @@ class Replies:
         chunk: OutputChunk = event.payload
         out: list[ServerEvent] = []
         if chunk.text:  # the thinker's text arrives with the audio that says it
+            if len(r.text) + len(chunk.text) > self.ctx.limits.max_reply_chars:
+                # As long as a reply may be: end it like a length limit (the edge stops the pipeline).
+                return self.finish(r, "incomplete", {"type": "incomplete", "reason": "max_output_tokens"})
             r.text += chunk.text
             r.item.full_text = r.text
             if not r.audio:

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from duplex.app.core.actions import Action, Sync, Transcribe
-from duplex.app.core.conversation import Conversation, Item, Part, decode_audio, parse_item
+from duplex.app.core.conversation import Conversation, Item, Part, parse_item
 from duplex.app.core.events import (
     BufferCleared,
     BufferCommitted,
@@ -35,8 +35,8 @@ from duplex.app.core.events import (
     TranscriptionCompleted,
     TranscriptionFailed,
 )
+from duplex.app.core.intake import Intake
 from duplex.app.core.limits import SessionLimits
-from duplex.app.core.listening import Listener
 from duplex.app.core.pacing import SessionClock
 from duplex.app.core.protocol import ClientEvent, ProtocolError
 from duplex.app.core.replies import Replies, ReplyContext
@@ -77,21 +77,27 @@ class Session:
             session_id, self.new_id, self.clock, settings or SessionSettings(), self.limits, self.conversation
         )
         self.replies = Replies(self.ctx, StateHandle(session_id, backend[0], backend[1]))
-        self.input_samples = 0
-        self._input = bytearray()  # manual-commit buffer, when server VAD is off
-        self._listener: Listener | None = None
+        self.intake = Intake(self.clock, self.limits, voice_activity, now)
+        self.intake.listen(self.ctx.settings)
         self._speech_item: str | None = None
-        self._budget = self.limits.input_burst_s  # seconds of input the client may send now
-        self._budget_at = now
-        self._rebuild_listener()
+        self._transcribing: set[str] = set()  # committed turns waiting for their transcript
 
     @property
     def settings(self) -> SessionSettings:
         return self.ctx.settings
 
+    @property
+    def input_samples(self) -> int:
+        """Input samples heard: the session's input clock."""
+        return self.intake.samples
+
     def new_id(self, prefix: str) -> str:
-        self._n += 1
-        return f"{prefix}_{self.id[-8:]}{self._n:05d}"
+        """A fresh id; never one a client has already given an item."""
+        while True:
+            self._n += 1
+            candidate = f"{prefix}_{self.id[-8:]}{self._n:05d}"
+            if candidate not in self.conversation:
+                return candidate
 
     def _ms(self, samples: int) -> int:
         return samples_to_ms(samples, self.settings.input_rate)
@@ -108,18 +114,30 @@ class Session:
         except ProtocolError as err:
             return [Error(err.with_event_id(event.event_id))]
 
+    def is_activity(self, event: ClientEvent, now: float) -> bool:
+        """Whether ``event`` shows the client is using the session (for its idle timeout):
+        a playback acknowledgement with no reply being heard is only a keepalive."""
+        return event.type != "playback.ack" or self.replies.being_heard(now) is not None
+
     def on_disconnect(self) -> Output:
         """The client went away: stop whatever is running."""
         return list(self.replies.disconnect())
 
     # -- session -------------------------------------------------------------
     def _on_session_update(self, data: Data, now: float) -> Output:
+        instructions = data["session"].get("instructions")
+        if isinstance(instructions, str) and len(instructions) > self.limits.max_item_chars:
+            raise ProtocolError(
+                "invalid_value",
+                f"session.instructions holds {len(instructions)} characters; at most {self.limits.max_item_chars}",
+                param="session.instructions",
+            )
         before = self.settings
         self.ctx.settings = apply_update(
             before, data["session"], check_voice=self.check_voice, audio_started=self.input_samples > 0
         )
         if (before.turn_detection, before.input_rate) != (self.settings.turn_detection, self.settings.input_rate):
-            self._rebuild_listener()
+            self.intake.listen(self.settings)
         return [SessionUpdated(self.id, self.settings)]
 
     def _on_session_sync(self, data: Data, now: float) -> Output:
@@ -132,58 +150,38 @@ class Session:
         """The answer to ``session.sync``: where the input clock stands."""
         return [SessionSynced(event_id, self.input_samples, self._ms(self.input_samples))]
 
-    def _rebuild_listener(self) -> None:
-        td = self.settings.turn_detection
-        if td is None or self.voice_activity is None:
-            self._listener = None
-            return
-        # Started at the current input sample: watermarks stay on the session's clock.
-        self._listener = Listener(self.voice_activity, self.settings.input_rate, td, start=self.input_samples)
-
     # -- input audio ---------------------------------------------------------
+    # In three steps (see intake.py), so the edge can hear a large chunk in slices.
+    def audio_of(self, message: ClientEvent | bytes) -> bytes:
+        """The PCM16 an append event or a binary frame carries (raises ProtocolError)."""
+        return self.intake.audio_of(message, self.settings)
+
+    def seconds_of(self, raw: bytes) -> float:
+        """How long ``raw`` PCM16 lasts at the session's input rate."""
+        return len(raw) / 2 / self.settings.input_rate
+
+    def accept_audio(self, raw: bytes, now: float) -> None:
+        """Admit microphone audio under the session's limits, whole or not at all."""
+        self.intake.accept(raw, self.settings.input_rate, now)
+
+    def hear(self, raw: bytes, now: float) -> Output:
+        """Accepted audio, in order (in slices if the edge likes)."""
+        replying = self.replies.being_heard(now) is not None
+        return self._on_signals(self.intake.hear(raw, self.settings.input_rate, now, replying=replying), now)
+
     def _on_input_audio_buffer_append(self, data: Data, now: float) -> Output:
-        return self._append(decode_audio(data["audio"], "audio"), now)
+        raw = self.audio_of(ClientEvent("input_audio_buffer.append", data))
+        self.accept_audio(raw, now)
+        return self.hear(raw, now)
 
     def feed_binary(self, raw: bytes, now: float) -> Output:
         """A binary frame: raw PCM16 microphone audio, when the session allows it."""
         try:
-            if not self.settings.binary_audio:
-                raise ProtocolError(
-                    "binary_not_enabled", "binary frames carry audio only after session.update sets binary_audio: true"
-                )
-            if len(raw) % 2:
-                raise ProtocolError("invalid_audio", f"binary audio frame has an odd number of bytes ({len(raw)})")
-            return self._append(raw, now)
+            pcm = self.audio_of(raw)
+            self.accept_audio(pcm, now)
         except ProtocolError as err:
             return [Error(err)]
-
-    def _append(self, raw: bytes, now: float) -> Output:
-        seconds = len(raw) / 2 / self.settings.input_rate
-        lim = self.limits
-        self._budget = min(lim.input_burst_s, self._budget + (now - self._budget_at) * lim.max_input_speed)
-        self._budget_at = now
-        if seconds > self._budget:
-            raise ProtocolError(
-                "input_rate_exceeded",
-                f"input audio is arriving faster than {lim.max_input_speed:g}x real time; this chunk was dropped",
-                param="audio",
-            )
-        self._budget -= seconds
-        if self._listener is None and len(self._input) + len(raw) > lim.max_input_buffer_bytes:
-            raise ProtocolError(
-                "input_audio_buffer_full",
-                f"the input audio buffer holds at most {lim.max_input_buffer_bytes} bytes; commit or clear it",
-                param="audio",
-            )
-        samples = len(raw) // 2
-        self.input_samples += samples
-        self.clock.on_input(samples / self.settings.input_rate, now)
-        if self._listener is None:
-            self._input += raw
-            return []
-        pcm = np.frombuffer(raw, "<i2").astype(np.int16)
-        signals = self._listener.push(pcm, replying=self.replies.being_heard(now) is not None)
-        return self._on_signals(signals, now)
+        return self.hear(pcm, now)
 
     def _on_signals(self, signals: list[Signal], now: float) -> Output:
         out: Output = []
@@ -200,32 +198,36 @@ class Session:
             elif isinstance(sig, Stopped):
                 out.append(SpeechStopped(self._ms(sig.audio_end), self._speech_item))
             elif isinstance(sig, Turn):
-                out += self._commit(sig.audio, self._speech_item)
+                out += self._commit(sig.audio, self._speech_item, now=now)
         return out
 
-    def _commit(self, audio: np.ndarray, item_id: str | None = None) -> Output:
-        item = Item(item_id or self.new_id("item"), "user", [Part("input_audio", None)])
+    def _commit(self, audio: np.ndarray, item_id: str | None = None, *, now: float) -> Output:
+        if item_id is None or item_id in self.conversation:  # a client may have taken it since speech began
+            item_id = self.new_id("item")
+        item = Item(item_id, "user", [Part("input_audio", None)])
         prev = self.conversation.add(item)
-        return [
-            BufferCommitted(prev, item.id),
-            *self._item_added(item, prev),
-            Transcribe(item.id, audio, self.settings.input_rate),
-        ]
+        out: Output = [BufferCommitted(prev, item.id), *self._item_added(item, prev), *self._make_room(item)]
+        if len(self._transcribing) >= self.limits.max_pending_transcriptions:
+            # Turns come faster than they can be heard: this one is not queued behind the others.
+            backlog = f"not transcribed: {len(self._transcribing)} earlier turns are still waiting"
+            return out + self.on_transcript(item.id, "", now, failure=backlog)
+        self._transcribing.add(item.id)
+        return [*out, Transcribe(item.id, audio, self.settings.input_rate)]
 
     def _on_input_audio_buffer_commit(self, data: Data, now: float) -> Output:
-        if self._listener is not None:
-            audio = self._listener.take_segment()
-        else:
-            audio = np.frombuffer(bytes(self._input), "<i2").astype(np.int16)
-            self._input.clear()
+        if len(self._transcribing) >= self.limits.max_pending_transcriptions:
+            raise ProtocolError(
+                "transcription_backlog",
+                f"{len(self._transcribing)} turns are still being transcribed; the audio stays in the buffer: "
+                "commit again when one is done",
+            )
+        audio = self.intake.take()
         if audio.size == 0:
             raise ProtocolError("input_audio_buffer_commit_empty", "the input audio buffer is empty")
-        return self._commit(audio)
+        return self._commit(audio, now=now)
 
     def _on_input_audio_buffer_clear(self, data: Data, now: float) -> Output:
-        self._input.clear()
-        if self._listener is not None:
-            self._listener.clear()
+        self.intake.clear()
         return [BufferCleared()]
 
     def on_transcript(
@@ -233,6 +235,7 @@ class Session:
     ) -> Output:
         """The recogniser heard ``text`` in a committed user item (in ``recognition_ms``),
         or failed with ``failure``: then the turn counts as heard as nothing and goes on."""
+        self._transcribing.discard(item_id)
         if item_id not in self.conversation:
             return []  # deleted meanwhile
         item = self.conversation.get(item_id)
@@ -276,9 +279,23 @@ class Session:
         return [ItemAdded(prev, view), ItemDone(prev, view)]
 
     def _on_conversation_item_create(self, data: Data, now: float) -> Output:
-        item = parse_item(data["item"], self.new_id("item"))
-        prev = self.conversation.add(item, data.get("previous_item_id"))
+        lim = self.limits
+        item = parse_item(data["item"], self.new_id("item"), max_chars=lim.max_item_chars)
+        conv = self.conversation
+        if len(conv) >= lim.max_items or conv.chars + item.chars > lim.max_conversation_chars:
+            raise ProtocolError(
+                "conversation_full",
+                f"the conversation holds {len(conv)} items and {conv.chars} characters (at most {lim.max_items} "
+                f"and {lim.max_conversation_chars}); delete items to add more",
+                param="item",
+            )
+        prev = conv.add(item, data.get("previous_item_id"))
         return list(self._item_added(item, prev))
+
+    def _make_room(self, item: Item) -> list[ServerEvent]:
+        """The server's own items never fail for want of room: the oldest go instead."""
+        keep = {item.id} | ({self.replies.active.item.id} if self.replies.active else set())
+        return list(self.conversation.make_room(self.limits.max_items, self.limits.max_conversation_chars, keep))
 
     def _on_conversation_item_retrieve(self, data: Data, now: float) -> Output:
         return [ItemRetrieved(self.conversation.get(data["item_id"]).view())]
@@ -319,7 +336,9 @@ class Session:
         if "input" in opts:  # an out-of-band response over the given items only
             if not isinstance(opts["input"], list) or not all(isinstance(x, dict) for x in opts["input"]):
                 raise ProtocolError("invalid_type", "response.input must be an array of items", param="response.input")
-            items = [parse_item(x, f"input_{i}") for i, x in enumerate(opts["input"])]
+            items = [
+                parse_item(x, f"input_{i}", max_chars=self.limits.max_item_chars) for i, x in enumerate(opts["input"])
+            ]
         return list(self.replies.begin(self.messages(items, options.instructions), options, now))
 
     def _on_response_cancel(self, data: Data, now: float) -> Output:

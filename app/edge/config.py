@@ -37,7 +37,9 @@ class ServerConfig:
     port: int = option(DEFAULT_PORT, "port")
     voice: str = option("alloy", "default voice (an OpenAI voice name such as alloy, or an eSpeak NG voice)")
     max_sessions: int = option(200, "sessions at once; more are refused with 503")
-    max_message_bytes: int = option(2 * 1024 * 1024, "a larger client message gets an error event and is dropped")
+    max_message_bytes: int = option(
+        2 * 1024 * 1024, "largest client message; a larger one closes the session (1009) before it is buffered"
+    )
     api_key: str | None = option(
         None,
         "require this key (Bearer header, api_key query, or key subprotocol); default: $DUPLEX_API_KEY, else none",
@@ -50,12 +52,23 @@ class ServerConfig:
     )
     idle_timeout_s: float = option(600.0, "close a session that sends nothing this long (s)", name="--idle-timeout")
     stall_timeout_s: float = option(30.0, "close a client that has not read for this long (s)", name="--stall-timeout")
+    input_budget: float = option(
+        128.0,
+        "seconds of input audio all sessions together are heard per second; "
+        "beyond it they take turns (a real-time session uses 1)",
+    )
+    memory_budget_mb: int = option(
+        1024, "memory sessions may add to the server; beyond it new sessions are refused (503)"
+    )
     limits: SessionLimits = field(default_factory=SessionLimits)
     """What each session may do."""
     # Not flags: the edge's own buffers and where the page lives.
     web_dir: Path = field(default_factory=web_root)
-    max_frame_bytes: int = 16 * 1024 * 1024
-    """Beyond this the WebSocket layer refuses to buffer the frame and closes (1009)."""
+    max_queued_messages: int = 4
+    """Messages the WebSocket layer holds while a session is busy; then it stops reading
+    (with messages of at most ``max_message_bytes``, a bound on what a client can park)."""
+    max_unsent_bytes: int = 1024 * 1024
+    """Bytes a client may leave unread (replies, pongs, anything); over it, it is dropped."""
     input_idle_s: float = 0.3
     """A client that sent no input for this long is no longer streaming: pacing
     falls back from the input clock to the wall clock."""

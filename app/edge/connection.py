@@ -18,17 +18,18 @@ import uuid
 from collections.abc import Iterable
 from typing import Protocol
 
-from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
 from duplex.app.core.actions import Action, CancelReply, StartReply, Sync, Transcribe
 from duplex.app.core.events import Error, ServerEvent
-from duplex.app.core.protocol import ProtocolError, decode_event
+from duplex.app.core.protocol import ClientEvent, ProtocolError, decode_event
 from duplex.app.core.session import Session
 from duplex.app.core.settings import SessionSettings
 from duplex.app.core.wire import Wire
 from duplex.app.edge.config import ServerConfig
+from duplex.app.edge.fairness import FairQueue, InputBudget
 from duplex.app.edge.metrics import Metrics
+from duplex.app.edge.transport import GuardedConnection
 from duplex.pipeline.backends import Backends
 from duplex.pipeline.stages import ReplyStages
 from duplex.pipeline.stream import ChunkEvent
@@ -42,6 +43,8 @@ class Host(Protocol):
     config: ServerConfig
     backends: Backends
     metrics: Metrics
+    input_budget: InputBudget
+    recognitions: FairQueue
 
     def refuse(self, who: Connection | str, kind: str, reason: str) -> None:
         """Log and count a refusal or forced close."""
@@ -52,6 +55,10 @@ class Host(Protocol):
         ...
 
 
+HEAR_SLICE_S = 0.1
+"""Largest slice of audio heard at once (~3 VAD windows: a few ms of the event loop)."""
+
+
 class _ReplyEnded(Exception):
     """The session ended the reply from the sink's side (a limit): stop its stages."""
 
@@ -59,7 +66,7 @@ class _ReplyEnded(Exception):
 class Connection:
     """One client: its session, its running reply and its ordered sends."""
 
-    def __init__(self, server: Host, ws: ServerConnection, dialect: str) -> None:
+    def __init__(self, server: Host, ws: GuardedConnection, dialect: str) -> None:
         self.server = server
         self.ws = ws
         self.loop = asyncio.get_running_loop()
@@ -90,42 +97,65 @@ class Connection:
             self._tg = tg
             try:
                 await self.send(self.session.start())
+                idle = self.server.config.idle_timeout_s
+                active_at = self.loop.time()
                 while True:
                     try:
-                        async with asyncio.timeout(self.server.config.idle_timeout_s):
+                        async with asyncio.timeout_at(active_at + idle):
                             message = await self.ws.recv()
                     except TimeoutError:
-                        self.server.refuse(self, "idle", f"no message for {self.server.config.idle_timeout_s:g} s")
+                        self.server.refuse(self, "idle", f"nothing but keepalives for {idle:g} s")
                         await self.ws.close(1008, "idle timeout")
                         break
                     self.server.metrics.inc("duplex_bytes_in_total", len(message))
-                    await self.handle(message)
+                    if await self.handle(message):
+                        active_at = self.loop.time()
+                    await asyncio.sleep(0)  # one message at a time, then the other sessions' turn
             except ConnectionClosed:
                 pass
             finally:
+                for task in self._asr_tasks:  # a session that is gone needs no transcripts
+                    task.cancel()
                 await self.execute(self.session.on_disconnect(), sending=False)
 
-    async def handle(self, message: str | bytes) -> None:
-        """One client message: decoded, fed to the session, its outcome carried out."""
+    async def handle(self, message: str | bytes) -> bool:
+        """One client message: decoded, fed to the session, its outcome carried out.
+        Returns whether it was activity (not only a keepalive) for the idle timeout."""
         now = self.loop.time()
-        limit = self.server.config.max_message_bytes
-        if isinstance(message, bytes):
-            if len(message) > limit:
-                err = ProtocolError(
-                    "message_too_large", f"binary frame of {len(message)} bytes exceeds the limit of {limit} bytes"
-                )
-                await self.send([Error(err)])
-                return
-            outputs = self.session.feed_binary(message, now)
-        else:
-            try:
-                event = decode_event(message, max_bytes=limit)
-            except ProtocolError as err:
-                await self.send([Error(err)])
-                return
-            outputs = self.session.feed(event, now)
-        self._nudge()  # input, acks, pause and resume all move a paced sink
+        if isinstance(message, bytes):  # the WebSocket layer already refused larger frames
+            await self._hear(message)
+            return True
+        try:
+            event = decode_event(message, max_bytes=self.server.config.max_message_bytes)
+        except ProtocolError as err:
+            await self.send([Error(err)])
+            return True
+        if event.type == "input_audio_buffer.append":
+            await self._hear(event)
+            return True
+        activity = self.session.is_activity(event, now)
+        outputs = self.session.feed(event, now)
+        self._nudge()  # acks, pause and resume all move a paced sink
         await self.execute(outputs)
+        return activity
+
+    async def _hear(self, message: ClientEvent | bytes) -> None:
+        """Microphone audio: admitted whole, then heard in slices that each wait their
+        turn in the server's input budget, so a flood cannot starve other sessions."""
+        session = self.session
+        try:
+            raw = session.audio_of(message)
+            session.accept_audio(raw, self.loop.time())
+        except ProtocolError as err:
+            await self.send([Error(err.with_event_id(message.event_id if isinstance(message, ClientEvent) else None))])
+            return
+        step = max(2, int(session.settings.input_rate * HEAR_SLICE_S) * 2)
+        for i in range(0, len(raw), step):
+            piece = raw[i : i + step]
+            await self.server.input_budget.spend(self, session.seconds_of(piece))
+            outputs = session.hear(piece, self.loop.time())
+            self._nudge()  # input moves a paced sink
+            await self.execute(outputs)
 
     def _nudge(self) -> None:
         """Wake a paced sink; until it has looked again it is not settled."""
@@ -166,10 +196,9 @@ class Connection:
                     async with asyncio.timeout(self.server.config.stall_timeout_s):
                         await self.ws.send(frame)
                 except TimeoutError:
-                    # The client stopped reading: its queues are full; let it go.
-                    self.server.refuse(self, "stalled", f"a send waited {self.server.config.stall_timeout_s:g} s")
-                    self.ws.close_timeout = 1.0
-                    asyncio.get_running_loop().create_task(self.ws.close(1008, "client not reading"))
+                    # The client stopped reading: its queues are full; let it go now,
+                    # not at the next keepalive tick (that ping would wait on the same drain).
+                    self.ws.drop(f"a send waited {self.server.config.stall_timeout_s:g} s")
                     raise ConnectionClosed(None, None) from None
                 self.server.metrics.inc("duplex_bytes_out_total", len(frame))
 
@@ -196,9 +225,12 @@ class Connection:
         started = self.loop.time()
         if recognizer is not None:
             try:
-                text = await recognizer.transcribe(action.audio, action.rate)
+                # Fair across sessions: a session that floods waits its turn, not everyone else.
+                text = await self.server.recognitions.run(
+                    self, lambda: recognizer.transcribe(action.audio, action.rate)
+                )
             except Exception as exc:  # a failed recognition is heard as nothing, not a dead session
-                log.exception("recognition failed for %s", action.item_id, extra={"session": self.session.id})
+                log.warning("recognition failed for %s: %r", action.item_id, exc, extra={"session": self.session.id})
                 failure = f"speech recognition failed: {exc}"
         took = (self.loop.time() - started) * 1000
         with contextlib.suppress(ConnectionClosed):

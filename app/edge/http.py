@@ -34,8 +34,31 @@ def metrics_response(text: str) -> Response:
     return _response(HTTPStatus.OK, text.encode(), "text/plain; version=0.0.4; charset=utf-8")
 
 
+SINGLE_HEADERS = (
+    "Host",
+    "Upgrade",
+    "Connection",
+    "Origin",
+    "Authorization",
+    "OpenAI-Beta",
+    "Sec-WebSocket-Key",
+    "Sec-WebSocket-Version",
+)
+"""Headers a request may carry once: two of them make its meaning ambiguous."""
+
+
+def duplicated_header(request: Request) -> str | None:
+    """The first of :data:`SINGLE_HEADERS` that the request repeats, if any."""
+    return next((h for h in SINGLE_HEADERS if len(request.headers.get_all(h)) > 1), None)
+
+
 def is_upgrade(request: Request) -> bool:
     return "websocket" in request.headers.get("Upgrade", "").lower()
+
+
+def head_only(response: Response) -> Response:
+    """The response to a HEAD request: the same headers, no body."""
+    return Response(response.status_code, response.reason_phrase, response.headers, b"")
 
 
 def web_root() -> Path:

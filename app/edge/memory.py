@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import gc
+import os
 
 
 def release_free_heap() -> bool:
@@ -26,6 +27,15 @@ def release_free_heap() -> bool:
         return False
     trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
     return bool(trim(0))
+
+
+def rss_bytes() -> int:
+    """This process's resident memory (Linux; 0 where /proc is missing)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def release_idle_memory() -> None:

@@ -31,12 +31,27 @@ from duplex.app.core.wire import BETA, GA
 from duplex.app.edge import access
 from duplex.app.edge.config import ServerConfig
 from duplex.app.edge.connection import Connection
-from duplex.app.edge.http import is_upgrade, json_response, metrics_response, static_file, text_response
-from duplex.app.edge.memory import release_idle_memory
+from duplex.app.edge.fairness import FairQueue, InputBudget
+from duplex.app.edge.http import (
+    duplicated_header,
+    head_only,
+    is_upgrade,
+    json_response,
+    metrics_response,
+    static_file,
+    text_response,
+)
+from duplex.app.edge.memory import release_idle_memory, rss_bytes
 from duplex.app.edge.metrics import Metrics
+from duplex.app.edge.transport import GuardedConnection, guarded
 from duplex.pipeline.backends import Backends
 
 log = logging.getLogger("duplex.server")
+
+CLOSE_TIMEOUT_S = 1.0
+"""How long a closing handshake may take before the connection is cut."""
+TRIM_AFTER_S = 0.5
+"""How long after the last session ends its memory is handed back."""
 
 
 class DuplexServer:
@@ -47,7 +62,11 @@ class DuplexServer:
         self.config = config or ServerConfig()
         self.metrics = Metrics()
         self.connections: set[Connection] = set()
+        self.input_budget = InputBudget(self.config.input_budget)
+        recognizer = backends.recognizer
+        self.recognitions = FairQueue(recognizer.concurrency if recognizer is not None else 1)
         self._server: Server | None = None
+        self._base_rss = 0
 
     @property
     def port(self) -> int:
@@ -56,17 +75,23 @@ class DuplexServer:
 
     async def start(self) -> None:
         cfg = self.config
+        self._base_rss = rss_bytes()
         self._server = await websockets.serve(
             self._handle,
             cfg.host,
             cfg.port,
             process_request=self._process_request,
             select_subprotocol=_select_subprotocol,
-            max_size=cfg.max_frame_bytes,
+            create_connection=guarded(cfg.max_unsent_bytes, self._dropped),
+            max_size=cfg.max_message_bytes,  # no larger frame is ever buffered
+            max_queue=cfg.max_queued_messages,
             write_limit=cfg.write_limit,
             compression=None,  # PCM does not compress; deflate would only cost CPU
             ping_interval=20,
             ping_timeout=20,
+            # A client that does not answer a close (one that stopped reading, say) is
+            # cut off after a second: shutdown and forced closes never wait on it.
+            close_timeout=CLOSE_TIMEOUT_S,
         )
         log.info(
             "Duplex listening on http://%s:%d/ (realtime at ws://%s:%d%s)",
@@ -98,6 +123,10 @@ class DuplexServer:
         log.warning("refused %s: %s (%s)", where, reason, kind, extra={"session": where, "refusal": kind})
         self.metrics.inc("duplex_refusals_total", kind=kind)
 
+    def _dropped(self, ws: GuardedConnection, reason: str) -> None:
+        conn = next((c for c in self.connections if c.ws is ws), None)
+        self.refuse(conn or _peer(ws), "stalled", reason)
+
     def observe(self, event: ServerEvent) -> None:
         """Count what the server tells clients."""
         m = self.metrics
@@ -122,8 +151,24 @@ class DuplexServer:
         return m.render()
 
     def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
+        peer = _peer(connection)
+        duplicated = duplicated_header(request)
+        if duplicated is not None:
+            self.refuse(peer, "bad_request", f"the {duplicated} header is repeated")
+            return text_response(HTTPStatus.BAD_REQUEST, f"the {duplicated} header may appear only once")
+        if request.method not in ("GET", "HEAD"):
+            return text_response(HTTPStatus.METHOD_NOT_ALLOWED, "only GET and HEAD are served here")
+        response = self._route(peer, request)
+        if request.method == "HEAD":  # a WebSocket handshake is a GET
+            return (
+                head_only(response)
+                if response is not None
+                else text_response(HTTPStatus.METHOD_NOT_ALLOWED, "a WebSocket handshake is a GET")
+            )
+        return response
+
+    def _route(self, peer: str, request: Request) -> Response | None:
         path = request.path.split("?", 1)[0]
-        peer = "%s:%s" % (connection.remote_address[:2] if connection.remote_address else ("?", "?"))
         if path in (REALTIME_PATH, REALTIME_PATH + "/"):
             if not is_upgrade(request):
                 return text_response(HTTPStatus.UPGRADE_REQUIRED, "this endpoint speaks WebSocket")
@@ -139,6 +184,10 @@ class DuplexServer:
             if len(self.connections) >= cfg.max_sessions:
                 self.refuse(peer, "capacity", f"{cfg.max_sessions} sessions already")
                 return text_response(HTTPStatus.SERVICE_UNAVAILABLE, "too many sessions")
+            added = (rss_bytes() - self._base_rss) // (1024 * 1024)
+            if added >= cfg.memory_budget_mb:
+                self.refuse(peer, "memory", f"sessions hold {added} MiB (budget {cfg.memory_budget_mb} MiB)")
+                return text_response(HTTPStatus.SERVICE_UNAVAILABLE, "the server's memory budget is spent")
             return None
         if path == "/healthz":
             return json_response(HTTPStatus.OK, {"status": "ok", "sessions": len(self.connections)})
@@ -149,6 +198,7 @@ class DuplexServer:
         return static_file(self.config.web_dir, path)
 
     async def _handle(self, ws: ServerConnection) -> None:
+        assert isinstance(ws, GuardedConnection)  # the class start() asked for
         beta = "realtime=v1" in (ws.request.headers.get("OpenAI-Beta") or "") if ws.request else False
         conn = Connection(self, ws, BETA if beta else GA)
         self.connections.add(conn)
@@ -162,7 +212,18 @@ class DuplexServer:
             self.connections.discard(conn)
             log.info("session closed", extra={"session": conn.session.id})
             if not self.connections:
-                release_idle_memory()  # the last one out: what a burst of sessions held goes back
+                # The last one out: what a burst of sessions held goes back, once the
+                # WebSocket layer has let go of this connection too (not while it still holds it).
+                asyncio.get_running_loop().call_later(TRIM_AFTER_S, self._trim_if_idle)
+
+    def _trim_if_idle(self) -> None:
+        if not self.connections:
+            release_idle_memory()
+
+
+def _peer(connection: ServerConnection) -> str:
+    address = connection.remote_address
+    return f"{address[0]}:{address[1]}" if address else "?:?"
 
 
 def _select_subprotocol(connection: ServerConnection, subprotocols: Sequence[Subprotocol]) -> Subprotocol | None:

@@ -108,8 +108,6 @@ class PocketsphinxRecognizer:
         self._lock = threading.Lock()
         # Threads only wait on pipes (no GIL held): the decoding is in the workers.
         self._threads = ThreadPoolExecutor(workers, thread_name_prefix="asr")
-        self.utterances = 0
-        self.audio_seconds = 0.0
 
     def prewarm(self) -> None:
         """Start every worker and build its decoder now (~0.5 s each, in parallel).
@@ -145,13 +143,16 @@ class PocketsphinxRecognizer:
             text = worker.call(pcm.astype("<i2").tobytes(), rate)
         except (OSError, RuntimeError):
             with self._lock:
-                self._all.remove(worker)
+                if worker in self._all:  # not if close() took it already
+                    self._all.remove(worker)
             worker.close()
             raise
         self._idle.put(worker)
-        self.utterances += 1
-        self.audio_seconds += pcm.size / rate
         return text
+
+    @property
+    def concurrency(self) -> int:
+        return self.workers
 
     async def start(self) -> None:
         await asyncio.to_thread(self.prewarm)
@@ -164,8 +165,9 @@ class PocketsphinxRecognizer:
         self.close()
 
     def close(self) -> None:
-        """Stop the workers."""
-        self._threads.shutdown(wait=True, cancel_futures=True)
+        """Stop the workers now: queued utterances are dropped, decodes under way end
+        with their worker (a long decode must not hold a shutdown)."""
+        self._threads.shutdown(wait=False, cancel_futures=True)
         with self._lock:
             workers, self._all = self._all, []
         for worker in workers:

@@ -1,0 +1,107 @@
+"""A session's microphone input: admission under its limits, the input clock, and
+where the audio goes (the listener, or the manual-commit buffer).
+
+Audio comes in three steps, so the edge can hear a large chunk in slices and let
+other sessions run between them: :meth:`Intake.audio_of` (what a message carries),
+:meth:`Intake.accept` (under the session's limits, whole or not at all),
+:meth:`Intake.hear` (in order, in any slicing).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from duplex.app.core.conversation import decode_audio
+from duplex.app.core.limits import SessionLimits
+from duplex.app.core.listening import Listener
+from duplex.app.core.pacing import SessionClock
+from duplex.app.core.protocol import ClientEvent, ProtocolError
+from duplex.app.core.settings import SessionSettings
+from duplex.app.core.signals import Signal
+from duplex.pipeline.voice_activity import VoiceActivity
+
+
+class Intake:
+    """Where a session's microphone audio goes, on its input sample clock."""
+
+    def __init__(
+        self, clock: SessionClock, limits: SessionLimits, voice_activity: VoiceActivity | None, now: float
+    ) -> None:
+        self.clock = clock
+        self.limits = limits
+        self.voice_activity = voice_activity
+        self.samples = 0
+        """Input samples heard: the session's input clock."""
+        self.listener: Listener | None = None
+        self._buffer = bytearray()  # manual-commit buffer, when server VAD is off
+        self._budget = limits.input_burst_s  # seconds of input the client may send now
+        self._budget_at = now
+        self._accepted = 0  # bytes admitted but not heard yet
+
+    def listen(self, settings: SessionSettings) -> None:
+        """Server VAD per the settings (from the current input sample), or none."""
+        td = settings.turn_detection
+        if td is None or self.voice_activity is None:
+            self.listener = None
+            return
+        # Started at the current input sample: watermarks stay on the session's clock.
+        self.listener = Listener(self.voice_activity, settings.input_rate, td, start=self.samples)
+
+    def audio_of(self, message: ClientEvent | bytes, settings: SessionSettings) -> bytes:
+        """The PCM16 an append event or a binary frame carries (raises ProtocolError)."""
+        if isinstance(message, ClientEvent):
+            return decode_audio(message.data["audio"], "audio")
+        if not settings.binary_audio:
+            raise ProtocolError(
+                "binary_not_enabled", "binary frames carry audio only after session.update sets binary_audio: true"
+            )
+        if len(message) % 2:
+            raise ProtocolError("invalid_audio", f"binary audio frame has an odd number of bytes ({len(message)})")
+        return message
+
+    def accept(self, raw: bytes, rate: int, now: float) -> None:
+        """Admit one chunk under the session's limits, whole or not at all (raises
+        ProtocolError; nothing is kept then)."""
+        seconds = len(raw) / 2 / rate
+        lim = self.limits
+        self._budget = min(lim.input_burst_s, self._budget + (now - self._budget_at) * lim.max_input_speed)
+        self._budget_at = now
+        if seconds > self._budget:
+            raise ProtocolError(
+                "input_rate_exceeded",
+                f"input audio is arriving faster than {lim.max_input_speed:g}x real time; this chunk was dropped",
+                param="audio",
+            )
+        if self.listener is None and len(self._buffer) + self._accepted + len(raw) > lim.max_input_buffer_bytes:
+            raise ProtocolError(
+                "input_audio_buffer_full",
+                f"the input audio buffer holds at most {lim.max_input_buffer_bytes} bytes; commit or clear it",
+                param="audio",
+            )
+        self._budget -= seconds
+        self._accepted += len(raw)
+
+    def hear(self, raw: bytes, rate: int, now: float, *, replying: bool) -> list[Signal]:
+        """Accepted audio, in order: advance the clocks, buffer it or listen to it."""
+        self._accepted = max(0, self._accepted - len(raw))
+        samples = len(raw) // 2
+        self.samples += samples
+        self.clock.on_input(samples / rate, now)
+        if self.listener is None:
+            self._buffer += raw
+            return []
+        return self.listener.push(np.frombuffer(raw, "<i2").astype(np.int16), replying=replying)
+
+    def take(self) -> np.ndarray:
+        """What a manual commit commits: the buffer, or the listener's pending segment."""
+        if self.listener is not None:
+            return self.listener.take_segment()
+        audio = np.frombuffer(bytes(self._buffer), "<i2").astype(np.int16)
+        self._buffer.clear()
+        return audio
+
+    def clear(self) -> None:
+        """Forget uncommitted audio (``input_audio_buffer.clear``)."""
+        self._buffer.clear()
+        if self.listener is not None:
+            self.listener.clear()
