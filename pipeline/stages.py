@@ -16,8 +16,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from contextlib import aclosing
+from contextlib import AbstractContextManager, aclosing, nullcontext
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 import numpy as np
 
@@ -106,6 +107,25 @@ class ReplyStats:
 Sink = Callable[[ChunkEvent], Awaitable[None]]
 
 
+class Gate(Protocol):
+    """Rations the event loop time a reply's stages use (a server shares it fairly
+    between sessions): ``wait`` before a piece of work, ``charge`` around it."""
+
+    async def wait(self) -> None: ...
+
+    def charge(self) -> AbstractContextManager[None]: ...
+
+
+class _Open:
+    """No rationing."""
+
+    async def wait(self) -> None:
+        pass
+
+    def charge(self) -> AbstractContextManager[None]:
+        return nullcontext()
+
+
 class ReplyStages:
     """One reply's stages and queues, in one epoch."""
 
@@ -121,8 +141,10 @@ class ReplyStages:
         watermark: Callable[[], int] = lambda: 0,
         thinker: Thinker | None = None,
         think: ThinkRequest | None = None,
+        gate: Gate | None = None,
     ) -> None:
         self.talker = talker
+        self.gate: Gate = gate or _Open()
         self.vocoder = vocoder
         self.thinker = thinker
         self.think = think
@@ -276,7 +298,9 @@ class ReplyStages:
                 if self.vocoder.blocking:
                     pcm = await asyncio.to_thread(stream.push, audio)
                 else:
-                    pcm = stream.push(audio)
+                    await self.gate.wait()
+                    with self.gate.charge():
+                        pcm = stream.push(audio)
                 await emit(pcm)
             await emit(stream.flush() if stream is not None else None, final=True)
         finally:

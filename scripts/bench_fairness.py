@@ -210,10 +210,11 @@ async def phase(port: int, words: object, seconds: float, flood: Callable[..., A
 async def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=12.0, help="each phase's length")
+    ap.add_argument("--serve", default="", help="more `duplex serve` flags, e.g. '--loop-share 0.8'")
     args = ap.parse_args()
     words = trim(await speech(EspeakTalker(), "wait, please stop talking now"), RATE)
     rows = []
-    with ServerProcess().running() as server:
+    with ServerProcess(*args.serve.split()).running() as server:
         base = await phase(server.port, words, args.seconds, None, 0)
         rss0 = rss_kib(server.pid)
         rows.append(("none (baseline)", base, rss0))

@@ -181,11 +181,12 @@ def row(name: str, values: list[float], unit: str, scale: float = 1.0, base: flo
 async def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="fewer turns, 5 s stalled reader")
+    ap.add_argument("--serve", default="", help="more `duplex serve` flags, e.g. '--loop-share 0.8'")
     args = ap.parse_args()
     turns = 4 if args.quick else 12
     base_first, base_rtf = await baseline_pipeline(turns * 3)
     rng = random.Random(7)
-    with ServerProcess().running() as server:
+    with ServerProcess(*args.serve.split()).running() as server:
         port, pid = server.port, server.pid
         per_idle = await idle_rss(port, pid, 100)
         results = {n: await run_level(port, n, turns, rng) for n in (1, 10, 50)}

@@ -311,3 +311,48 @@ async def test_a_client_that_stalls_mid_stream_gets_one_barge_in_position(server
     truncated = await c.until("conversation.item.truncated")
     assert truncated["audio_end_ms"] == paused["audio_end_ms"], "the same onset, the same played position"
     await c.close()
+
+
+# -- 6: input floods are shared out fairly ---------------------------------------------------------
+async def test_a_real_time_session_keeps_its_round_trips_while_others_flood_input():
+    server = ServerProcess()
+    await asyncio.to_thread(server.start)
+    stop = asyncio.Event()
+
+    async def flood() -> None:
+        c = await RealtimeClient.connect(server.port, keep=False)
+        chunk = noise(0.2, level=3000)
+        with contextlib.suppress(websockets.ConnectionClosed):
+            while not stop.is_set():
+                await c.append(chunk)  # as fast as the server takes it (60x and more)
+        await c.close()
+
+    try:
+        live = await RealtimeClient.connect(server.port, keep=False)
+        kept = await live.say("ping")
+        loop = asyncio.get_running_loop()
+
+        async def round_trips(n: int) -> list[float]:
+            out = []
+            for _ in range(n):
+                t0 = loop.time()
+                await live.append(silence(0.02))  # a real-time microphone frame, then a question
+                await live.send("conversation.item.retrieve", item_id=kept)
+                await live.until("conversation.item.retrieved")
+                out.append(loop.time() - t0)
+                await asyncio.sleep(0.02)  # the microphone's pace
+            return out
+
+        idle = await round_trips(20)
+        floods = [asyncio.create_task(flood()) for _ in range(4)]
+        await asyncio.sleep(1.0)  # the floods are under way
+        loaded = await round_trips(40)
+        stop.set()
+        await asyncio.gather(*floods)
+        await live.close()
+        before, during = sorted(idle)[len(idle) // 2], sorted(loaded)[len(loaded) // 2]
+        # Within twice its idle round trip (and a few ms of slack for a busy machine).
+        assert during < 2 * before + 0.005, f"round trip {before * 1000:.1f} ms idle, {during * 1000:.1f} ms flooded"
+    finally:
+        stop.set()
+        server.stop()

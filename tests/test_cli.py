@@ -43,6 +43,9 @@ async def test_serve_starts_answers_and_closes_sessions_on_sigterm():
             except websockets.ConnectionClosed as closed:
                 assert closed.rcvd is not None and closed.rcvd.code == 1001  # going away
         assert await asyncio.wait_for(proc.wait(), 10) == 0
+        assert proc.stdout is not None
+        rest = await proc.stdout.read()
+        assert b"Traceback" not in rest and b" ERROR " not in rest, rest.decode()[-2000:]
     finally:
         if proc.returncode is None:
             proc.kill()

@@ -1,47 +1,44 @@
-"""Sharing the server fairly: the input budget and the recognition queue, on their own."""
+"""Sharing the server fairly: the event loop's share and the recognition queue, on their own."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
-from duplex.app.edge.fairness import FairQueue, InputBudget
+from duplex.app.edge.fairness import FairQueue, LoopShare
 
 
-async def test_the_input_budget_serves_waiting_sessions_round_robin():
-    budget = InputBudget(rate=10.0, burst_s=0.01)  # room for one slice: then each waits ~1 ms for its tokens
-    order: list[str] = []
-
-    async def session(name: str, slices: int) -> None:
-        for _ in range(slices):
-            await budget.spend(name, 0.01)
-            order.append(name)
-
-    await asyncio.gather(session("flood", 6), session("live", 2))
-    # The flood got there first, but the live session's slices came in turn, not after all of it.
-    assert order.index("live") <= 2 and order[-1] == "flood", order
-    assert order.count("flood") == 6 and order.count("live") == 2
+def _busy(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
 
 
-async def test_the_input_budget_holds_the_total_rate():
-    budget = InputBudget(rate=100.0, burst_s=0.05)
+async def test_a_session_that_uses_its_share_waits_and_one_that_does_not_never_does():
+    share = LoopShare(0.5, burst_s=0.01)
     loop = asyncio.get_running_loop()
+    await share.wait("flood")
+    await share.wait("live")  # both are active: each may have 0.25 s of loop per second
+    with share.charge("flood"):
+        _busy(0.05)  # far past its burst: it is in debt
     t0 = loop.time()
-    await asyncio.gather(*(budget.spend(f"s{i % 3}", 0.1) for i in range(9)))  # 0.9 s of audio
-    assert loop.time() - t0 >= (0.9 - 0.05) / 100.0 * 0.9  # at most 100 s of audio per s, burst aside
+    await share.wait("live")
+    assert loop.time() - t0 < 0.005, "the session that used nothing does not wait"
+    t0 = loop.time()
+    await share.wait("flood")
+    waited = loop.time() - t0
+    assert waited >= 0.04 / 0.25 * 0.9, f"the flood waits for its share to pay its debt ({waited:.3f} s)"
 
 
-async def test_a_cancelled_wait_leaves_the_budget_usable():
-    budget = InputBudget(rate=10.0, burst_s=0.01)
-    await budget.spend("first", 1.0)  # a full bucket lets one large slice through, then it is owed
-    waiting = asyncio.create_task(budget.spend("gone", 1.0))
-    await asyncio.sleep(0)
-    waiting.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await waiting
-    async with asyncio.timeout(5):
-        await budget.spend("next", 0.01)
+async def test_the_share_is_split_among_active_sessions_and_a_gone_one_is_forgotten():
+    share = LoopShare(0.6, burst_s=0.01)
+    for owner in ("a", "b", "c"):
+        await share.wait(owner)
+    assert share._rate(asyncio.get_running_loop().time()) == pytest.approx(0.2)
+    share.forget("c")
+    assert share._rate(asyncio.get_running_loop().time()) == pytest.approx(0.3)
 
 
 async def test_the_fair_queue_runs_owners_in_turn_on_its_workers():

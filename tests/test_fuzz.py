@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
@@ -22,8 +23,10 @@ from duplex.pipeline.detectors.silero_vad import SileroVad
 
 MODEL = SileroVad()
 
+# Integers well past JSON's safe range: an error, never an overflow somewhere deeper.
+huge = st.integers(60, 400).map(lambda k: 10**k) | st.integers(60, 400).map(lambda k: -(10**k))
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(10**6), 10**6) | st.floats(allow_nan=False) | st.text(max_size=20),
+    st.none() | st.booleans() | st.integers(-(10**6), 10**6) | huge | st.floats(allow_nan=False) | st.text(max_size=20),
     lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=12), kids, max_size=4),
     max_leaves=12,
 )
@@ -46,13 +49,42 @@ valid = [
     {"type": "response.cancel"},
     {"type": "playback.ack", "response_id": "r", "played_samples": 10, "input_samples": 5},
     {"type": "session.sync"},
+    # The ids the server gives its own items: a client may take them first.
+    *(
+        {
+            "type": "conversation.item.create",
+            "item": {
+                "id": f"item_ess_fuzz{n:05d}",
+                "type": "message",
+                "role": "user",
+                "content": [{"type": "input_text", "text": "mine"}],
+            },
+        }
+        for n in range(1, 6)
+    ),
 ]
+
+
+def nested(depth: int) -> str:
+    """A session.update whose transcription settings nest ``depth`` levels deep."""
+    return (
+        '{"type":"session.update","session":{"audio":{"input":{"transcription":'
+        + '{"a":' * depth
+        + "1"
+        + "}" * depth
+        + "}}}}"
+    )
 
 
 @st.composite
 def mutated(draw) -> str | bytes:
     """A valid event with a field dropped, replaced or added; or junk."""
-    kind = draw(st.sampled_from(["mutate", "random_event", "json", "text", "bytes"]))
+    kind = draw(st.sampled_from(["mutate", "random_event", "json", "text", "bytes", "deep", "constants"]))
+    if kind == "deep":
+        return nested(draw(st.integers(1, 3000)))
+    if kind == "constants":  # JSON has no NaN or Infinity; Python's parser accepts them unless told not to
+        value = draw(st.sampled_from(["NaN", "Infinity", "-Infinity"]))
+        return '{"type":"session.update","session":{"speed":' + value + "}}"
     if kind == "bytes":
         return draw(st.binary(max_size=64))
     if kind == "text":
@@ -87,7 +119,11 @@ def check_invariants(s: Session, last_samples: int) -> None:
     assert s.replies.epoch >= 0
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=int(os.environ.get("DUPLEX_FUZZ_EXAMPLES", "300")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(messages=st.lists(mutated(), min_size=1, max_size=25), finish=st.lists(st.booleans(), min_size=1))
 def test_random_and_mutated_input_never_breaks_the_session(messages, finish):
     s = Session("sess_fuzz", 0.0, voice_activity=MODEL)

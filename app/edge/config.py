@@ -52,10 +52,10 @@ class ServerConfig:
     )
     idle_timeout_s: float = option(600.0, "close a session that sends nothing this long (s)", name="--idle-timeout")
     stall_timeout_s: float = option(30.0, "close a client that has not read for this long (s)", name="--stall-timeout")
-    input_budget: float = option(
-        128.0,
-        "seconds of input audio all sessions together are heard per second; "
-        "beyond it they take turns (a real-time session uses 1)",
+    loop_share: float = option(
+        0.5,
+        "share of the event loop that handling client messages may take, all sessions together; each "
+        "session gets an even part of it (a session streaming in real time needs under 1%%)",
     )
     memory_budget_mb: int = option(
         1024, "memory sessions may add to the server; beyond it new sessions are refused (503)"

@@ -23,11 +23,11 @@ from websockets.exceptions import ConnectionClosed
 from duplex.app.core.actions import Action, CancelReply, StartReply, Sync, Transcribe
 from duplex.app.core.events import Error, ServerEvent
 from duplex.app.core.protocol import ClientEvent, ProtocolError, decode_event
-from duplex.app.core.session import Session
+from duplex.app.core.session import Output, Session
 from duplex.app.core.settings import SessionSettings
 from duplex.app.core.wire import Wire
 from duplex.app.edge.config import ServerConfig
-from duplex.app.edge.fairness import FairQueue, InputBudget
+from duplex.app.edge.fairness import FairQueue, LoopShare
 from duplex.app.edge.metrics import Metrics
 from duplex.app.edge.transport import GuardedConnection
 from duplex.pipeline.backends import Backends
@@ -43,7 +43,7 @@ class Host(Protocol):
     config: ServerConfig
     backends: Backends
     metrics: Metrics
-    input_budget: InputBudget
+    loop_share: LoopShare
     recognitions: FairQueue
 
     def refuse(self, who: Connection | str, kind: str, reason: str) -> None:
@@ -116,44 +116,57 @@ class Connection:
             finally:
                 for task in self._asr_tasks:  # a session that is gone needs no transcripts
                     task.cancel()
+                self.server.loop_share.forget(self)
                 await self.execute(self.session.on_disconnect(), sending=False)
 
     async def handle(self, message: str | bytes) -> bool:
         """One client message: decoded, fed to the session, its outcome carried out.
-        Returns whether it was activity (not only a keepalive) for the idle timeout."""
-        now = self.loop.time()
-        if isinstance(message, bytes):  # the WebSocket layer already refused larger frames
-            await self._hear(message)
+        Returns whether it was activity (not only a keepalive) for the idle timeout.
+
+        Its handling is charged to this session's share of the event loop, and the
+        next waits until the share allows, so a session that floods the server slows
+        only itself."""
+        share = self.server.loop_share
+        await share.wait(self)
+        with share.charge(self):
+            audio, outputs, activity = self._decode(message, self.loop.time())
+        if audio is not None:
+            await self._hear(audio)
             return True
-        try:
-            event = decode_event(message, max_bytes=self.server.config.max_message_bytes)
-        except ProtocolError as err:
-            await self.send([Error(err)])
-            return True
-        if event.type == "input_audio_buffer.append":
-            await self._hear(event)
-            return True
-        activity = self.session.is_activity(event, now)
-        outputs = self.session.feed(event, now)
         self._nudge()  # acks, pause and resume all move a paced sink
         await self.execute(outputs)
         return activity
 
-    async def _hear(self, message: ClientEvent | bytes) -> None:
-        """Microphone audio: admitted whole, then heard in slices that each wait their
-        turn in the server's input budget, so a flood cannot starve other sessions."""
-        session = self.session
+    def _decode(self, message: str | bytes, now: float) -> tuple[bytes | None, Output, bool]:
+        """Audio to hear (admitted), or the session's outputs for any other message."""
         try:
-            raw = session.audio_of(message)
-            session.accept_audio(raw, self.loop.time())
+            if isinstance(message, bytes):  # the WebSocket layer already refused larger frames
+                return self._admit(message, None, now), [], True
+            event = decode_event(message, max_bytes=self.server.config.max_message_bytes)
+            if event.type == "input_audio_buffer.append":
+                return self._admit(event, event.event_id, now), [], True
         except ProtocolError as err:
-            await self.send([Error(err.with_event_id(message.event_id if isinstance(message, ClientEvent) else None))])
-            return
+            return None, [Error(err)], True
+        activity = self.session.is_activity(event, now)
+        return None, self.session.feed(event, now), activity
+
+    def _admit(self, message: ClientEvent | bytes, event_id: str | None, now: float) -> bytes:
+        """Microphone audio admitted under the session's limits (raises ProtocolError)."""
+        try:
+            raw = self.session.audio_of(message)
+            self.session.accept_audio(raw, now)
+            return raw
+        except ProtocolError as err:
+            raise err.with_event_id(event_id) from None
+
+    async def _hear(self, raw: bytes) -> None:
+        """Admitted microphone audio, heard in slices, each charged to the session's share."""
+        session, share = self.session, self.server.loop_share
         step = max(2, int(session.settings.input_rate * HEAR_SLICE_S) * 2)
         for i in range(0, len(raw), step):
-            piece = raw[i : i + step]
-            await self.server.input_budget.spend(self, session.seconds_of(piece))
-            outputs = session.hear(piece, self.loop.time())
+            await share.wait(self)
+            with share.charge(self):
+                outputs = session.hear(raw[i : i + step], self.loop.time())
             self._nudge()  # input moves a paced sink
             await self.execute(outputs)
 
@@ -183,13 +196,20 @@ class Connection:
 
     async def send(self, events: Iterable[ServerEvent]) -> None:
         """Send a batch of events back to back: nothing else interleaves with it."""
+        await self._write(self._render(events))
+
+    def _render(self, events: Iterable[ServerEvent]) -> list[str | bytes]:
+        """The frames of a batch of events (and the metrics they feed)."""
         binary = self.session.settings.binary_audio
-        events = list(events)
-        frames = [frame for event in events for frame in self.wire.render(event, binary_audio=binary)]
+        frames: list[str | bytes] = []
+        for event in events:
+            frames += self.wire.render(event, binary_audio=binary)
+            self.server.observe(event)
+        return frames
+
+    async def _write(self, frames: list[str | bytes]) -> None:
         if not frames:
             return
-        for event in events:
-            self.server.observe(event)
         async with self._send_lock:
             for frame in frames:
                 try:
@@ -250,6 +270,7 @@ class Connection:
             watermark=lambda: self.session.input_samples,
             thinker=backends.thinker,
             think=action.think,
+            gate=self.server.loop_share.gate(self),
         )
         self.reply = reply
         self.reply_task = self._tg.create_task(self._run_reply(reply, action.response_id), name=action.response_id)
@@ -299,7 +320,11 @@ class Connection:
         if not self.session.replies.current(event):
             self.server.metrics.inc("duplex_stale_events_dropped_total")
             raise _ReplyEnded
-        await self.send(self.session.on_output(event, self.loop.time()))
+        share = self.server.loop_share  # an unpaced reply is work for the loop too: the session's share
+        await share.wait(self)
+        with share.charge(self):
+            frames = self._render(self.session.on_output(event, self.loop.time()))
+        await self._write(frames)
         active = self.session.replies.active
         if active is None or active.id != event.request_id:
             raise _ReplyEnded

@@ -3,12 +3,10 @@
 Two shared resources can be flooded by one session at the others' expense: the
 event loop's time for listening to input audio, and the recogniser's workers.
 
-* :class:`InputBudget` is a server-wide budget of input audio, in seconds of audio
-  per second of wall time. A session spends from it before its audio is heard;
-  when it is spent, sessions wait their turn round-robin, one slice each, and a
-  waiting session's socket is not read meanwhile (TCP holds the flood back). A
-  session streaming at real time asks little and waits, at worst, one slice per
-  flooding session.
+* :class:`LoopShare` gives the handling of client messages (decoding, listening to
+  audio) at most a share of the event loop, split evenly among the sessions that
+  use it: a flooding session waits for its own share to refill, a session
+  streaming in real time never does.
 * :class:`FairQueue` runs jobs (recognitions) on a fixed number of workers,
   taking the next job from each waiting session in turn rather than first come,
   first served; a session's queued jobs go when it is cancelled.
@@ -17,75 +15,98 @@ event loop's time for listening to input audio, and the recogniser's workers.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import OrderedDict, deque
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from typing import TypeVar
 
 T = TypeVar("T")
 
 
-class InputBudget:
-    """Server-wide input audio budget, shared round-robin between the sessions that wait."""
+@dataclass(slots=True)
+class _Account:
+    tokens: float
+    at: float
 
-    def __init__(self, rate: float, burst_s: float = 1.0) -> None:
-        self.rate = rate
-        """Seconds of input audio the server hears per second, all sessions together."""
-        self.burst = max(burst_s, 1e-3)
-        self._tokens = self.burst
-        self._at: float | None = None
-        self._waiting: OrderedDict[Hashable, deque[tuple[float, asyncio.Future[None]]]] = OrderedDict()
-        self._timer: asyncio.TimerHandle | None = None
-        self.waited = 0
-        """Slices that had to wait (for metrics and tests)."""
 
-    def _refill(self, now: float) -> None:
-        if self._at is not None:
-            self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)
-        self._at = now
+class LoopShare:
+    """A server-wide share of the event loop for handling client messages, split
+    evenly among the sessions that use it.
 
-    async def spend(self, owner: Hashable, seconds: float) -> None:
-        """Wait until ``owner`` may hear ``seconds`` more of input audio."""
+    Each session has a bucket of loop time that refills at ``share / n`` seconds per
+    second (``n``: sessions active in the last ``idle_s``) and holds at most
+    ``burst_s``. Handling a message costs what it took; a session in debt waits
+    before its next one, so its socket is not read meanwhile and TCP holds the
+    flood back. A session that needs less than its share (one streaming in real
+    time uses under 1% of the loop) never waits, whatever the others do.
+    """
+
+    def __init__(self, share: float = 0.5, *, burst_s: float = 0.02, idle_s: float = 1.0) -> None:
+        self.share = share
+        self.burst = burst_s
+        self.idle = idle_s
+        self._accounts: dict[Hashable, _Account] = {}
+        self.waited = 0.0
+        """Seconds sessions spent waiting for their share (for metrics and tests)."""
+
+    def _rate(self, now: float) -> float:
+        stale = [o for o, a in self._accounts.items() if now - a.at > self.idle and a.tokens >= self.burst]
+        for owner in stale:
+            del self._accounts[owner]
+        return self.share / max(1, len(self._accounts))
+
+    def _account(self, owner: Hashable, now: float) -> _Account:
+        account = self._accounts.get(owner)
+        if account is None:
+            account = self._accounts[owner] = _Account(self.burst, now)
+        else:
+            account.tokens = min(self.burst, account.tokens + (now - account.at) * self._rate(now))
+            account.at = now
+        return account
+
+    async def wait(self, owner: Hashable) -> None:
+        """Until ``owner`` has loop time to spend."""
         loop = asyncio.get_running_loop()
-        self._refill(loop.time())
-        if not self._waiting and self._tokens >= min(seconds, self.burst):
-            self._tokens -= seconds
-            return
-        future: asyncio.Future[None] = loop.create_future()
-        self._waiting.setdefault(owner, deque()).append((seconds, future))
-        self.waited += 1
-        self._grant()
+        account = self._account(owner, loop.time())
+        while account.tokens < 0:
+            pause = -account.tokens / self._rate(loop.time())
+            self.waited += pause
+            await asyncio.sleep(pause)  # a rate limit: this session's share refills meanwhile
+            account = self._account(owner, loop.time())
+
+    @contextmanager
+    def charge(self, owner: Hashable) -> Iterator[None]:
+        """Charge ``owner`` the loop time the block takes (it must not await)."""
+        start = time.perf_counter()
         try:
-            await future
-        except asyncio.CancelledError:
-            queue = self._waiting.get(owner)
-            if queue is not None:
-                kept = deque(x for x in queue if x[1] is not future)
-                if kept:
-                    self._waiting[owner] = kept
-                else:
-                    del self._waiting[owner]
-            raise
+            yield
+        finally:
+            account = self._account(owner, asyncio.get_running_loop().time())
+            account.tokens -= time.perf_counter() - start
 
-    def _grant(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._refill(loop.time())
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        while self._waiting:
-            owner, queue = next(iter(self._waiting.items()))
-            seconds, future = queue[0]
-            need = min(seconds, self.burst)
-            if not future.done() and self._tokens < need:
-                self._timer = loop.call_later((need - self._tokens) / self.rate, self._grant)
-                return
-            queue.popleft()
-            del self._waiting[owner]
-            if queue:  # round robin: its next slice waits behind everyone else's
-                self._waiting[owner] = queue
-            if not future.done():
-                self._tokens -= seconds
-                future.set_result(None)
+    def forget(self, owner: Hashable) -> None:
+        """A session that has gone."""
+        self._accounts.pop(owner, None)
+
+    def gate(self, owner: Hashable) -> OwnerGate:
+        """``owner``'s share, as a reply's stages use it."""
+        return OwnerGate(self, owner)
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerGate:
+    """One session's share of the loop (:class:`~duplex.pipeline.stages.Gate`)."""
+
+    share: LoopShare
+    owner: Hashable
+
+    async def wait(self) -> None:
+        await self.share.wait(self.owner)
+
+    def charge(self) -> AbstractContextManager[None]:
+        return self.share.charge(self.owner)
 
 
 class FairQueue:

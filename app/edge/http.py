@@ -87,13 +87,17 @@ def static_file(root: Path, path: str) -> Response:
         if not name or name.startswith(".") or "\\" in name or "\x00" in name:
             return text_response(HTTPStatus.NOT_FOUND, "not found")
         target = target.joinpath(name)
-    if target.is_dir():
-        target = target.joinpath("index.html")
-    if not target.is_file():
+    try:
+        if target.is_dir():
+            target = target.joinpath("index.html")
+        if not target.is_file():
+            return text_response(HTTPStatus.NOT_FOUND, "not found")
+        body = target.read_bytes()
+    except OSError:  # a name too long, a file that went away: not found either way
         return text_response(HTTPStatus.NOT_FOUND, "not found")
     ctype = mimetypes.guess_type(target.name)[0] or "application/octet-stream"
     if target.name.endswith(".js"):
         ctype = "text/javascript"  # module scripts and AudioWorklets need a JS type
     if ctype.startswith("text/"):
         ctype += "; charset=utf-8"
-    return _response(HTTPStatus.OK, target.read_bytes(), ctype)
+    return _response(HTTPStatus.OK, body, ctype)

@@ -31,7 +31,7 @@ from duplex.app.core.wire import BETA, GA
 from duplex.app.edge import access
 from duplex.app.edge.config import ServerConfig
 from duplex.app.edge.connection import Connection
-from duplex.app.edge.fairness import FairQueue, InputBudget
+from duplex.app.edge.fairness import FairQueue, LoopShare
 from duplex.app.edge.http import (
     duplicated_header,
     head_only,
@@ -62,7 +62,7 @@ class DuplexServer:
         self.config = config or ServerConfig()
         self.metrics = Metrics()
         self.connections: set[Connection] = set()
-        self.input_budget = InputBudget(self.config.input_budget)
+        self.loop_share = LoopShare(self.config.loop_share)
         recognizer = backends.recognizer
         self.recognitions = FairQueue(recognizer.concurrency if recognizer is not None else 1)
         self._server: Server | None = None
