@@ -77,6 +77,7 @@ class EchoGate:
     slack_s: float = 0.02  # the gate's tolerance for a delay that moved since it was measured
     max_delay_s: float = 0.4
     min_loud_frames: int = 5  # 100 ms of loud speaker output at least, or the fit is noise
+    max_coupling: float = 0.7  # an echo as loud as the speaker means the user talked (or the audio dropped)
     fits: int = 0  # calibrations that changed the estimate (the demo reports each)
     opened: int = 0  # frames let through over an expected echo (the demo reports per reply)
     _samples: list[tuple[float, float, float]] = field(default_factory=list)  # (start, end, mic_rms) while calibrating
@@ -121,6 +122,14 @@ class EchoGate:
         loud = spk >= max(self.floor, 0.3 * spk.max())
         if score <= 0.3 or loud.sum() < self.min_loud_frames:
             return  # a reply that began softly says little about the echo: keep the last estimate
+        coupling = float(np.percentile(mic[loud] / spk[loud], 75))
+        if coupling > self.max_coupling:
+            return  # not an echo path: someone spoke over the calibration; keep the last estimate
         self.delay_s = float(delay)
-        self.coupling = float(np.clip(np.percentile(mic[loud] / spk[loud], 75), 0.02, 1.0))
+        self.coupling = float(max(coupling, 0.02))
         self.fits += 1
+
+    def invalidate(self) -> None:
+        """Drop the calibration under way: the audio dropped out (an xrun), so input and
+        output sample indices no longer line up for it."""
+        self._samples = []

@@ -58,6 +58,8 @@ class Playback:
     written: dict[str, int] = field(default_factory=dict)  # rid -> samples handed to the device so far
     first_index: dict[str, int] = field(default_factory=dict)  # rid -> stream sample index of its first output
     index: int = 0
+    xruns: int = 0
+    """Audio dropouts the callback was told of (input overflow, output underflow)."""
     envelope: Envelope = field(init=False)
 
     def __post_init__(self) -> None:
@@ -176,6 +178,8 @@ class MicDemo:
         speaker = self.speaker
 
         def callback(indata: np.ndarray, outdata: np.ndarray, frames: int, t: Any, status: Any) -> None:
+            if status:  # an overflow or underflow: a block was lost somewhere
+                speaker.xruns += 1
             index = speaker.fill(outdata, t.outputBufferDacTime)
             loop.call_soon_threadsafe(mic.put_nowait, (index, indata[:, 0].copy()))
 
@@ -249,6 +253,7 @@ class MicDemo:
         pending = np.zeros(0, np.float32)
         frame = SESSION_RATE // 50
         noise = np.random.default_rng(0)
+        xruns = 0
         while True:
             index, block = await self._mic.get()
             x = self._down.resample_chunk(block) if self._down is not None else block
@@ -263,6 +268,9 @@ class MicDemo:
                 self.levels[0] = mic_rms
                 if self.gate is not None:
                     fits = self.gate.fits
+                    if self.speaker.xruns != xruns:  # input and output indices may have slipped
+                        xruns = self.speaker.xruns
+                        self.gate.invalidate()
                     age = self.speaker.reply_age(f_start)
                     if not self.gate.admit(mic_rms, f_start, f_start + frame * scale, self.speaker.envelope, age):
                         f = noise.normal(0, 0.001, f.size).astype(np.float32)  # the echo stays home
