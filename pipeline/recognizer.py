@@ -1,4 +1,10 @@
-"""The recogniser interface: one finished utterance in, its text out."""
+"""The recogniser interface: user speech in, its text out.
+
+A recogniser transcribes a finished turn, and, if it says it can (``partials``),
+the growing speech of a turn still being spoken: those decodes are asked for
+every few hundred milliseconds and must be cheap (a greedy decode, say), while a
+turn's final transcript may take a more careful one.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +14,16 @@ import numpy as np
 
 
 class Recognizer(Protocol):
-    """Speech to text for finished utterances.
+    """Speech to text.
 
     ``transcribe`` must not hold the event loop for the length of a decode: a
-    recogniser decodes in worker processes, or on threads that release the GIL.
+    recogniser decodes in worker processes, on threads that release the GIL, or
+    on another machine.
     """
 
     name: str
+    partials: bool
+    """Whether partial transcripts of speech in progress are worth asking for."""
 
     @property
     def concurrency(self) -> int:
@@ -22,11 +31,13 @@ class Recognizer(Protocol):
         ...
 
     async def start(self) -> None:
-        """Load models and start workers now, so the first turn does not wait."""
+        """Load models and start workers now (or check the remote end), so the first
+        turn does not wait and a bad configuration fails before serving."""
         ...
 
-    async def transcribe(self, pcm: np.ndarray, rate: int) -> str:
-        """The words in ``pcm`` (PCM16 mono at ``rate``)."""
+    async def transcribe(self, pcm: np.ndarray, rate: int, *, partial: bool = False) -> str:
+        """The words in ``pcm`` (PCM16 mono at ``rate``); ``partial``: the speech is
+        still going on, so speed matters more than the last word."""
         ...
 
     async def aclose(self) -> None:

@@ -54,6 +54,8 @@ class VadWindow:
     end: int
     """Input samples (from the start of the session) the window spans."""
     probability: float
+    level: float = -120.0
+    """The window's RMS level in dBFS."""
 
 
 class VadStream:
@@ -101,9 +103,11 @@ class VadStream:
             return []
         windows = self._pending[: n * size].reshape(n, size)
         self._pending = self._pending[n * size :]
-        quiet = np.sqrt((windows.astype(np.float64) ** 2).mean(axis=1)) < self._floor
+        rms = np.sqrt((windows.astype(np.float64) ** 2).mean(axis=1))
+        quiet = rms < self._floor
+        levels = 20 * np.log10(np.maximum(rms, 1e-6))
         out: list[VadWindow] = []
-        for w, hush in zip(windows, quiet, strict=False):
+        for w, hush, level in zip(windows, quiet, levels, strict=False):
             if hush and self._windows >= 16 and self._windows % 4 and not in_speech():
                 self._state.skip(w)
                 p = 0.0
@@ -112,5 +116,5 @@ class VadStream:
                 p = self._state.probability(w)
             start = self._windows * size
             self._windows += 1
-            out.append(VadWindow(self.to_input(start), self.to_input(start + size), p))
+            out.append(VadWindow(self.to_input(start), self.to_input(start + size), p, float(level)))
         return out

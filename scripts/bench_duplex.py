@@ -101,7 +101,7 @@ async def barge_ins(port: int, utts: list[tuple[np.ndarray, str]]) -> dict[str, 
         true_on = sim.input_samples + voiced_bounds(pcm, RATE)[0]
         await sim.stream(mix(pcm, silence(1.2)))
         h = sim.heard[rid]
-        paused = sim.of_type("response.output_audio.paused")
+        paused = sim.of_type("response.output_audio.ducked")
         done = [r for r in sim.of_type("response.done") if r.event["response"]["id"] == rid]
         if h.stopped_at is not None:
             out["pause"].append(ms(h.stopped_at - true_on))
@@ -144,7 +144,7 @@ async def false_cancels(port: int, talker: EspeakTalker, minutes: float) -> tupl
     for r in sim.of_type("response.done"):
         if r.event["response"]["status"] == "cancelled":
             cancels += 1
-    pauses = len(sim.of_type("response.output_audio.paused"))
+    pauses = len(sim.of_type("response.output_audio.ducked"))
     await sim.ws.close()
     return cancels, pauses, backchannel_count, sim.input_samples / RATE / 60
 

@@ -4,7 +4,7 @@
 microphone at real time (20 ms frames), asks for a round trip
 (``conversation.item.retrieve``) every 100 ms, and every few seconds talks over a
 reply (the barge-in pause latency: from the frame that starts the speech to the
-``response.output_audio.paused`` event). It is measured idle (the baseline), then
+``response.output_audio.ducked`` event). It is measured idle (the baseline), then
 while other sessions flood the server each way the reliability review attacked:
 
 * input: 4 sessions streaming noise at 60x real time;
@@ -96,7 +96,7 @@ class Live:
                 sent = await mic(mix(silence(0.3), self.words, silence(1.0)), {onset: "onset"})  # type: ignore[arg-type]
                 while not events.empty():
                     at, event = events.get_nowait()
-                    if event["type"] == "response.output_audio.paused":
+                    if event["type"] == "response.output_audio.ducked":
                         self.pause.append(at - sent["onset"])
                         break
                 await c.send("response.cancel")
@@ -226,7 +226,7 @@ async def main() -> None:
     print(
         f"\nFairness: a real-time session while others flood ({args.seconds:.0f} s a phase, server in its own "
         "process, loopback, this 2-core CPU). Round trip: conversation.item.retrieve; pause: frame that starts "
-        "speech over a reply -> response.output_audio.paused (wall)\n"
+        "speech over a reply -> response.output_audio.ducked (wall)\n"
     )
     print("| flood | round trip median / p99 | x idle | barge-in pause median / p99 | x idle | server RSS after |")
     print("|---|---|---|---|---|---|")

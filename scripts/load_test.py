@@ -94,7 +94,7 @@ async def conversation(port: int, audio: dict[str, Any], until: float, rng: rand
                 await sim.stream(audio[rng.choice(INTERRUPTIONS)])  # trimmed: its sound starts at once
                 await sim.silence(1.0)
                 out["barge_ins"] += 1
-                paused = next((r for r in sim.events[seen:] if r.event["type"] == "response.output_audio.paused"), None)
+                paused = next((r for r in sim.events[seen:] if r.event["type"] == "response.output_audio.ducked"), None)
                 if paused is not None:
                     out["pause"].append((paused.wall - onset_wall) * 1000)
             await sim.silence(rng.uniform(3.0, 6.0))  # listen to the rest, think, then speak again

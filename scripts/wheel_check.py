@@ -65,6 +65,9 @@ def main() -> None:
         sh(sys.executable, "-m", "venv", venv)
         py = venv / "bin" / "python"
         sh(py, "-m", "pip", "install", "-q", wheel)
+        sh(
+            py, "-m", "pip", "install", "-q", "--no-deps", "pipecat-ai==1.14.0"
+        )  # Smart Turn's weights, as the README says
         away = tmp / "elsewhere"  # not the checkout: nothing can come from the source tree
         away.mkdir()
         count = sh(py, "-c", IMPORT_ALL, cwd=away).strip()

@@ -124,16 +124,17 @@ async def test_recognition_is_capped_per_session_shared_fairly_and_cancelled_wit
     for c in (flood, other):
         await c.update(turn_detection=None)
     cap = server.config.limits.max_pending_transcriptions
-    babble = noise(1.0, level=2000)
-    for _ in range(cap):  # as fast as input may go: each a second of audio, committed at once
+    babble = noise(5.0, level=2000)
+    turn = trim(await speech(talker, "hello how are you today"), 24000)
+    for _ in range(cap):  # as fast as input may go: each 5 s of audio, committed at once
         await flood.append(babble)
         await flood.send("input_audio_buffer.commit")
     await flood.append(babble)
     await flood.send("input_audio_buffer.commit")
+    await other.append(turn)
+    await other.send("input_audio_buffer.commit")
     backlog = await flood.until("error")
     assert backlog["error"]["code"] == "transcription_backlog"
-    await other.append(trim(await speech(talker, "hello how are you today"), 24000))
-    await other.send("input_audio_buffer.commit")
     order: list[str] = []
 
     async def heard(c: RealtimeClient, name: str, n: int) -> None:
@@ -144,8 +145,8 @@ async def test_recognition_is_capped_per_session_shared_fairly_and_cancelled_wit
     async with asyncio.timeout(120):
         await asyncio.gather(heard(flood, "flood", cap), heard(other, "other", 1))
     # First come, first served would put it last; round robin serves it after at most
-    # the decode already running and one more of the flood's.
-    assert order.index("other") <= 2, order
+    # the decodes already running and one more of the flood's.
+    assert order.index("other") <= server.recognitions.workers + 1, order
     # A vanished client's queued work goes with it, and the session with it.
     for _ in range(cap):
         await flood.append(babble)
@@ -307,7 +308,7 @@ async def test_a_client_that_stalls_mid_stream_gets_one_barge_in_position(server
     rest = mix(words[words.size // 3 :], silence(1.5))
     for i in range(0, rest.size, frame):  # ...then its late frames arrive all at once
         await c.append(rest[i : i + frame])
-    paused = await c.until("response.output_audio.paused")
+    paused = await c.until("response.output_audio.ducked")
     truncated = await c.until("conversation.item.truncated")
     assert truncated["audio_end_ms"] == paused["audio_end_ms"], "the same onset, the same played position"
     await c.close()

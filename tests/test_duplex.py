@@ -87,7 +87,7 @@ async def test_barge_in_pauses_cancels_and_truncates_at_the_heard_position(serve
     talk_from = sim.input_samples
     await sim.stream(mix(interruption, silence(1.5)))
     h = sim.heard[rid]
-    paused = sim.of_type("response.output_audio.paused")
+    paused = sim.of_type("response.output_audio.ducked")
     assert paused and paused[0].event["response_id"] == rid
     # Output stopped soon after the speech began (the benchmark measures it properly).
     assert ms(h.stopped_at - talk_from) <= 250
@@ -137,7 +137,7 @@ async def test_noise_coughs_and_backchannels_do_not_cancel(server, talker, sound
     assert not sim.of_type("conversation.item.truncated")
     h = sim.heard[rid]
     assert h.dropped == 0 and h.played == h.received, "the whole reply was heard"
-    paused, resumed = sim.of_type("response.output_audio.paused"), sim.of_type("response.output_audio.resumed")
+    paused, resumed = sim.of_type("response.output_audio.ducked"), sim.of_type("response.output_audio.resumed")
     assert len(paused) == len(resumed)
     if sound in ("hm", "uh huh"):  # speech-like: paused at once, then resumed where it was
         assert len(paused) == 1
@@ -167,7 +167,7 @@ async def test_turn_detection_settings_are_honoured(server, talker):
     sim = await connect(server, turn_detection={"type": "server_vad", "interrupt_response": False})
     rid = await start_reply(sim, "A reply that will not be interrupted.")
     await sim.stream(mix(silence(0.5), words, silence(4.0)))
-    assert not sim.of_type("response.output_audio.paused")
+    assert not sim.of_type("response.output_audio.ducked")
     assert [r.event["response"]["status"] for r in sim.of_type("response.done")][0] == "completed"
     assert sim.heard[rid].dropped == 0
     await sim.ws.close()

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from duplex.app.core.bargein import BargeIn, BargeState
+from duplex.app.core.ears import DEAF
 from duplex.app.core.listening import Listener
 from duplex.app.core.settings import TurnDetection
 from duplex.app.core.signals import Interrupt, Pause, Resume, Started, Stopped, Turn
@@ -133,12 +134,12 @@ def test_the_barge_in_policy_moves_through_its_states():
 
 
 def test_server_vad_is_a_silence_window_chosen_by_type():
-    detector = turn_detector(TD, 24000)
+    detector = turn_detector(TD, 24000, DEAF)
     assert isinstance(detector, SilenceWindow)
     assert detector.ended(48000, 48000 + 11999) is None
     assert detector.ended(48000, 48000 + 12000) == 60000
     with pytest.raises(KeyError):
-        turn_detector(replace(TD, type="no_such_policy"), 24000)
+        turn_detector(replace(TD, type="no_such_policy"), 24000, DEAF)
 
 
 def test_prefix_padding_reaches_back_before_the_onset():

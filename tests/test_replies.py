@@ -9,11 +9,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+import pytest
 
 from duplex.app.core.actions import CancelReply, StartReply
 from duplex.app.core.conversation import Conversation
 from duplex.app.core.events import (
     AudioDelta,
+    AudioDucked,
     AudioPaused,
     AudioResumed,
     AudioTranscriptDelta,
@@ -27,7 +29,7 @@ from duplex.app.core.events import (
 from duplex.app.core.limits import SessionLimits
 from duplex.app.core.pacing import SessionClock
 from duplex.app.core.replies import Replies, ReplyContext
-from duplex.app.core.settings import ResponseOptions, SessionSettings
+from duplex.app.core.settings import ResponseOptions, SessionSettings, TurnDetection
 from duplex.pipeline.frames import AudioBuffer
 from duplex.pipeline.stages import OutputChunk
 from duplex.pipeline.state import StateHandle
@@ -98,8 +100,9 @@ def test_a_cancelled_epoch_is_fenced():
     assert r.state.epoch == 1, "the backend state handle moves to the next epoch"
 
 
-def test_pause_resume_and_barge_in_truncation_at_the_played_position():
-    r = replies()
+@pytest.mark.parametrize("duck_db", [None, -24.0])
+def test_pause_resume_and_barge_in_truncation_at_the_played_position(duck_db):
+    r = replies(turn_detection=TurnDetection(duck_db=duck_db))
     start = begin(r)
     text = "one two six "
     for i in range(3):  # 300 ms of audio, sent at t = 0, 0.1, 0.2; a word starts in each 100 ms
@@ -108,8 +111,12 @@ def test_pause_resume_and_barge_in_truncation_at_the_played_position():
     # The client played 150 ms by input sample 0.15 s (an ack), then speech began at 0.2 s.
     r.on_ack(start.response_id, 3600, int(0.15 * RATE))
     paused = r.pause(int(0.2 * RATE), int(0.3 * RATE), 0.3)
-    assert len(paused) == 1 and isinstance(paused[0], AudioPaused)
+    assert len(paused) == 1 and isinstance(paused[0], AudioPaused if duck_db is None else AudioDucked)
     assert paused[0].audio_end_ms == 200 and paused[0].detected_after_ms == 100
+    reply = r.heard
+    assert reply is not None and reply.playout.paused is (duck_db is None), "a ducked reply plays on"
+    if isinstance(paused[0], AudioDucked):
+        assert paused[0].gain_db == duck_db
     assert [type(e) for e in r.resume(0.35)] == [AudioResumed]
     r.pause(int(0.2 * RATE), int(0.3 * RATE), 0.4)
     out = r.interrupt(int(0.2 * RATE), 0.5)

@@ -28,6 +28,7 @@ SAMPLES: list[ev.ServerEvent] = [
     ev.ItemDeleted("item_1"),
     ev.ItemTruncated("item_2", 0, 120),
     ev.TranscriptionCompleted("item_1", 0, "hello", 12.345),
+    ev.TranscriptionDelta("item_1", 0, " hello there"),
     ev.TranscriptionFailed("item_1", 0, "worker died"),
     ev.BufferCommitted(None, "item_1"),
     ev.BufferCleared(),
@@ -48,6 +49,7 @@ SAMPLES: list[ev.ServerEvent] = [
     ev.TextDelta(REF, "Hi."),
     ev.TextDone(REF, "Hi."),
     ev.AudioPaused(REF, 1, 80, 96),
+    ev.AudioDucked(REF, 1, 80, 96, -24.0),
     ev.AudioResumed(REF, 1),
 ]
 
@@ -69,9 +71,12 @@ def test_every_event_renders_as_json_with_a_unique_event_id_in_both_dialects():
                 ids.add(body["event_id"])
 
 
+AUDIO_DELTA = next(e for e in SAMPLES if isinstance(e, ev.AudioDelta))
+
+
 def test_ga_and_beta_shapes():
     ga, beta = Wire("s", GA), Wire("s", BETA)
-    delta = ga.to_dict(SAMPLES[21])
+    delta = ga.to_dict(AUDIO_DELTA)
     assert delta["type"] == "response.output_audio.delta"
     assert (delta["response_id"], delta["item_id"], delta["output_index"], delta["content_index"]) == (
         "resp_1",
@@ -80,7 +85,7 @@ def test_ga_and_beta_shapes():
         0,
     )
     assert base64.b64decode(delta["delta"]) == b"\x01\x00\x02\x00"
-    assert beta.to_dict(SAMPLES[21])["type"] == "response.audio.delta"
+    assert beta.to_dict(AUDIO_DELTA)["type"] == "response.audio.delta"
     done = beta.to_dict(ev.ResponseDone(RESPONSE))
     assert done["response"]["output"][0]["content"][0] == {"type": "audio", "transcript": "Hi."}
     assert ga.to_dict(ev.ResponseDone(RESPONSE))["response"]["output"][0]["content"][0]["type"] == "output_audio"
@@ -94,7 +99,7 @@ def test_ga_and_beta_shapes():
 
 
 def test_binary_audio_goes_as_a_header_then_the_pcm():
-    header, pcm = Wire("s").render(SAMPLES[21], binary_audio=True)
+    header, pcm = Wire("s").render(AUDIO_DELTA, binary_audio=True)
     body = json.loads(header)
     assert body["binary"] is True and "delta" not in body
     assert pcm == b"\x01\x00\x02\x00"

@@ -23,6 +23,7 @@ let ackTimer = null;
 let turnEndedAt = null; // performance.now() when the user's turn ended (or a typed message was sent)
 let lastPauseAt = null; // AudioContext time when the last pause event arrived
 const bubbles = new Map(); // response id -> {el, text, itemId, status}
+const hearing = new Map(); // speech item id -> the user's bubble, filled as words are heard
 const itemToResponse = new Map();
 
 function setState(state) {
@@ -75,11 +76,15 @@ function showTruncated(rid, keptText, endMs) {
   body.replaceChildren(heard, cut, unheard);
 }
 
+function turnDetection() {
+  const vad = { threshold: Number($("threshold").value) };
+  if ($("turn").value === "semantic_vad") return { type: "semantic_vad", eagerness: $("eagerness").value, ...vad };
+  return { type: "server_vad", silence_duration_ms: Number($("silence").value), ...vad };
+}
+
 function settingsBody() {
   return {
-    audio: { input: { format: { type: "audio/pcm", rate: INPUT_RATE },
-                      turn_detection: { type: "server_vad", threshold: Number($("threshold").value),
-                                        silence_duration_ms: Number($("silence").value) } },
+    audio: { input: { format: { type: "audio/pcm", rate: INPUT_RATE }, turn_detection: turnDetection() },
              output: { format: { type: "audio/pcm", rate: OUTPUT_RATE }, voice: $("voice").value } },
     binary_audio: $("binary").checked,
   };
@@ -105,10 +110,37 @@ function onServerEvent(e) {
       turnEndedAt = performance.now();
       setState("listening");
       break;
-    case "conversation.item.input_audio_transcription.completed":
-      stats.transcripts.push(e.transcript);
-      addMessage("user", e.transcript || "(nothing recognised)");
+    case "conversation.item.input_audio_transcription.delta": {
+      // Words heard while the user speaks (the item is the one speech_started named).
+      let el = hearing.get(e.item_id);
+      if (!el) {
+        el = addMessage("user", "");
+        el.classList.add("live");
+        hearing.set(e.item_id, el);
+      }
+      el.querySelector(".text").textContent += e.delta;
+      stats.partials = (stats.partials || 0) + 1;
       break;
+    }
+    case "input_audio_buffer.committed": {
+      const el = hearing.get(e.item_id);
+      for (const [id, other] of hearing) if (id !== e.item_id && other.classList.contains("live")) other.remove();
+      hearing.clear();
+      if (el) hearing.set(e.item_id, el); // the committed turn takes the bubble its words filled
+      break;
+    }
+    case "conversation.item.input_audio_transcription.completed": {
+      stats.transcripts.push(e.transcript);
+      const el = hearing.get(e.item_id);
+      if (el) {
+        el.classList.remove("live");
+        el.querySelector(".text").textContent = e.transcript || "(nothing recognised)";
+        hearing.delete(e.item_id);
+      } else {
+        addMessage("user", e.transcript || "(nothing recognised)");
+      }
+      break;
+    }
     case "conversation.item.input_audio_transcription.failed":
       addMessage("user", "(not transcribed)");
       showError(`${e.error.code}: ${e.error.message}`);
@@ -132,6 +164,11 @@ function onServerEvent(e) {
     case "response.output_audio.paused":
       lastPauseAt = engine.now;
       engine.pause(e.response_id);
+      setState("interrupted");
+      break;
+    case "response.output_audio.ducked":
+      lastPauseAt = engine.now;
+      engine.duck(e.response_id, Math.pow(10, e.gain_db / 20));
       setState("interrupted");
       break;
     case "response.output_audio.resumed":

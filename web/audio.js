@@ -37,6 +37,7 @@ export class AudioEngine extends EventTarget {
   }
 
   pause(rid) { this.playback.port.postMessage({ type: "pause", rid }); }
+  duck(rid, gain) { this.playback.port.postMessage({ type: "duck", rid, gain }); }
   resume() { this.playback.port.postMessage({ type: "resume" }); }
   drop(rid) { this.playback.port.postMessage({ type: "drop", rid }); }
   end(rid) { this.playback.port.postMessage({ type: "end", rid }); }

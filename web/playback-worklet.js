@@ -1,7 +1,8 @@
 // Reply playback with a small jitter buffer. Audio arrives as PCM (float) at the
 // session's output rate, tagged with its response id and epoch; it is resampled to
 // the context's rate as it plays. On "pause" output stops at the next render
-// quantum (the buffer is kept); "resume" carries on; "drop" discards a reply's
+// quantum (the buffer is kept); on "duck" that reply plays on at a lower gain;
+// "resume" carries on; "drop" discards a reply's
 // audio. It counts the samples of each reply it has actually played (in
 // output-rate samples) and reports them, with when it stopped, to the main thread.
 
@@ -16,6 +17,8 @@ class PlaybackProcessor extends AudioWorkletProcessor {
     this.prev = 0; // last source sample played, for interpolation
     this.paused = false;
     this.pausedRid = null; // the reply that is paused; others may play
+    this.duckRid = null; // the reply that plays on quieter while speech over it is judged
+    this.duckGain = 1;
     this.started = false; // jitter buffer filled once for the current reply
     this.ended = new Set(); // replies whose last audio has arrived
     this.played = {}; // rid -> source samples played
@@ -36,13 +39,19 @@ class PlaybackProcessor extends AudioWorkletProcessor {
       this.paused = true;
       this.pausedRid = m.rid;
       this.port.postMessage({ type: "paused", at: currentTime, wasLive: this.live });
+    } else if (m.type === "duck") {
+      this.duckRid = m.rid;
+      this.duckGain = m.gain;
+      this.port.postMessage({ type: "paused", at: currentTime, wasLive: this.live, ducked: true });
     } else if (m.type === "resume") {
       this.paused = false;
+      this.duckRid = null;
     } else if (m.type === "drop") {
       const before = this.buffered();
       this.queue = this.queue.filter((c) => c.rid !== m.rid);
       if (this.current === m.rid) this.started = false;
       if (this.pausedRid === m.rid) this.paused = false; // nothing of it is left to resume
+      if (this.duckRid === m.rid) this.duckRid = null;
       this.port.postMessage({ type: "dropped", rid: m.rid, samples: before - this.buffered(), at: currentTime });
     }
   }
@@ -79,6 +88,7 @@ class PlaybackProcessor extends AudioWorkletProcessor {
         if (this.started) {
           const cur = head.pcm[head.offset];
           s = this.prev + (cur - this.prev) * this.frac; // linear interpolation
+          if (head.rid === this.duckRid) s *= this.duckGain;
           this.frac += this.step;
           while (this.frac >= 1) { // consume the source samples this output sample passed
             const h = this.nextSample();

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,11 +14,12 @@ from duplex.pipeline.recognizer import Recognizer
 from duplex.pipeline.talker import Talker
 from duplex.pipeline.thinker import Thinker
 from duplex.pipeline.vocoder import Vocoder
+from duplex.pipeline.weights import WeightsError
 
 TALKERS = ("espeak", "vllm")
 VOCODERS = ("pcm", "snac")
 THINKERS = ("echo", "openai", "vllm")
-RECOGNIZERS = ("pocketsphinx", "none")
+RECOGNIZERS = ("whisper", "openai", "pocketsphinx", "none")
 
 
 class BackendError(ValueError):
@@ -51,9 +53,22 @@ class BackendChoice:
     max_tokens: int = option(256, "the thinker's reply length limit")
     thinker_sampling: str = option("", "more sampling parameters for the thinker, as JSON")
     asr: str = option(
-        "pocketsphinx", "speech recogniser: pocketsphinx (offline, shipped model) or none", choices=RECOGNIZERS
+        "whisper",
+        "speech recogniser: whisper (offline, shipped weights), openai (an OpenAI-compatible "
+        "/v1/audio/transcriptions server), pocketsphinx (offline, weaker) or none",
+        choices=RECOGNIZERS,
     )
-    asr_workers: int = option(2, "speech recognition worker processes (~100 MB each)")
+    asr_model: str | None = option(
+        None, "--asr whisper: tiny.en (default) or base; --asr openai: the model name the server serves"
+    )
+    asr_url: str | None = option(None, "--asr openai: the server's base URL (e.g. http://host:8000)")
+    turn_model: str = option(
+        "smart-turn",
+        "end-of-turn model for semantic_vad: smart-turn (Pipecat's Smart Turn v3.2, shipped weights) or none "
+        "(the transcript and the silence decide)",
+        choices=("smart-turn", "none"),
+    )
+    asr_workers: int = option(2, "speech recognition workers (whisper: decoding threads; openai: requests at once)")
 
 
 async def build(choice: BackendChoice) -> Backends:
@@ -67,13 +82,25 @@ async def build(choice: BackendChoice) -> Backends:
         raise
     from duplex.pipeline.detectors.silero_vad import SileroVad
 
-    backends = Backends(talker, vocoder, thinker, SileroVad(), recognizer)
-    if recognizer is not None:
+    turn_model = None
+    if choice.turn_model == "smart-turn":
+        from duplex.pipeline.detectors.smart_turn import SmartTurn
+
+        turn_model = SmartTurn()
+    backends = Backends(talker, vocoder, thinker, SileroVad(), recognizer, turn_model)
+    if recognizer is not None or turn_model is not None:
         try:
-            # Every decoder up front: the server's memory is what it will be under load.
-            await recognizer.start()
-        except BaseException:
+            # Every model up front: the server's memory is what it will be under load.
+            if turn_model is not None:
+                await turn_model.start()
+            if recognizer is not None:
+                await recognizer.start()
+        except BaseException as exc:
             await backends.aclose()
+            if isinstance(exc, WeightsError):  # missing or changed weights: one line
+                raise BackendError(str(exc)) from None
+            if isinstance(exc, ValueError):  # a wrong model, a server not there: one line
+                raise BackendError(f"--asr {choice.asr}: {exc}") from None
             raise
     return backends
 
@@ -81,10 +108,29 @@ async def build(choice: BackendChoice) -> Backends:
 def _recognizer(choice: BackendChoice) -> Recognizer | None:
     if choice.asr == "none":
         return None
-    if choice.asr != "pocketsphinx":
+    if choice.asr not in RECOGNIZERS:
         raise BackendError(f"unknown recogniser {choice.asr!r} ({', '.join(RECOGNIZERS)})")
     if choice.asr_workers < 1:
         raise BackendError("--asr-workers must be at least 1")
+    if choice.asr != "openai" and choice.asr_url:
+        raise BackendError("--asr-url is for --asr openai")
+    if choice.asr == "whisper":
+        from duplex.pipeline.recognizers.whisper import MODELS, WhisperRecognizer
+
+        model = choice.asr_model or "tiny.en"
+        if model not in MODELS:
+            raise BackendError(f"--asr-model {model!r}: Whisper models shipped are {', '.join(MODELS)}")
+        return WhisperRecognizer(model, workers=choice.asr_workers)
+    if choice.asr == "openai":
+        from duplex.pipeline.recognizers.openai_remote import OpenAIRecognizer
+
+        if not choice.asr_url or not choice.asr_model:
+            raise BackendError("--asr openai needs --asr-url URL and --asr-model NAME")
+        return OpenAIRecognizer(choice.asr_url, choice.asr_model, concurrency=choice.asr_workers)
+    if choice.asr_model:
+        raise BackendError("--asr pocketsphinx has one model: drop --asr-model")
+    if importlib.util.find_spec("pocketsphinx") is None:
+        raise BackendError("--asr pocketsphinx is not installed: pip install 'duplex[pocketsphinx]'")
     from duplex.pipeline.recognizers.pocketsphinx import PocketsphinxRecognizer
 
     return PocketsphinxRecognizer(workers=choice.asr_workers)

@@ -3,7 +3,7 @@
 One full-duplex callback stream: the microphone at the device's rate is
 resampled to the session's 24 kHz and streamed; replies are resampled to the
 device's rate into a jitter buffer the output callback drains. On a pause or a
-cancel the callback stops or flushes at its next block. What was *played* comes
+cancel the callback stops or flushes at its next block; on a duck it plays on quieter. What was *played* comes
 from the stream's own clock (the DAC time of each block), not from what was
 queued, and goes back as ``playback.ack``.
 
@@ -21,16 +21,14 @@ import base64
 import ctypes
 import json
 import sys
-import threading
 import time
-from collections import deque
-from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 import numpy as np
 import soxr
 
-from duplex.app.clients.echo import EchoGate, Envelope
+from duplex.app.clients.echo import EchoGate
+from duplex.app.clients.playback import Playback
 from duplex.app.clients.realtime import RealtimeClient
 
 SESSION_RATE = 24000
@@ -39,90 +37,6 @@ ACK_S = 0.2
 
 class DemoError(RuntimeError):
     """A problem the user can fix (device, rate, server); printed, not traced."""
-
-
-@dataclass
-class Playback:
-    """The playback side, shared between the event loop and the audio callback.
-
-    ``index`` counts the stream's samples (input and output advance together in
-    a full-duplex callback); :attr:`envelope` keeps the output level by that
-    index for the echo gate."""
-
-    rate: int
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    chunks: deque[tuple[str, np.ndarray]] = field(default_factory=deque)  # (rid, float32 at device rate)
-    paused_rid: str | None = None
-    blocks: deque[tuple[float, str | None, int, int]] = field(default_factory=lambda: deque(maxlen=256))
-    """(dac_time, rid, start, n) of each output block."""
-    written: dict[str, int] = field(default_factory=dict)  # rid -> samples handed to the device so far
-    first_index: dict[str, int] = field(default_factory=dict)  # rid -> stream sample index of its first output
-    index: int = 0
-    xruns: int = 0
-    """Audio dropouts the callback was told of (input overflow, output underflow)."""
-    envelope: Envelope = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.envelope = Envelope(self.rate)
-
-    def push(self, rid: str, pcm: np.ndarray) -> None:
-        with self.lock:
-            self.chunks.append((rid, pcm))
-
-    def drop(self, rid: str) -> None:
-        with self.lock:
-            self.chunks = deque(c for c in self.chunks if c[0] != rid)
-            if self.paused_rid == rid:
-                self.paused_rid = None
-
-    def fill(self, out: np.ndarray, dac_time: float) -> int:
-        """Audio callback: write the next block (device rate, float32) that will
-        sound at ``dac_time``; returns the block's stream sample index."""
-        out.fill(0.0)
-        n, pos, rid = out.shape[0], 0, None
-        with self.lock:
-            while pos < n and self.chunks:
-                crid, pcm = self.chunks[0]
-                if crid == self.paused_rid:
-                    break
-                take = min(n - pos, pcm.size)
-                out[pos : pos + take, 0] = pcm[:take]
-                rid = crid
-                if take == pcm.size:
-                    self.chunks.popleft()
-                else:
-                    self.chunks[0] = (crid, pcm[take:])
-                pos += take
-        index = self.index
-        start = self.written.get(rid, 0) if rid else 0
-        if rid:
-            self.written[rid] = start + pos
-            if rid not in self.first_index:
-                self.first_index[rid] = index
-                for old in list(self.first_index)[:-8]:  # a long session: only recent replies matter
-                    del self.first_index[old]
-                    self.written.pop(old, None)
-        self.blocks.append((dac_time, rid, start, pos))
-        self.envelope.add(index, out[:, 0])
-        self.index = index + n
-        return index
-
-    def played(self, rid: str, now: float) -> int:
-        """Samples of ``rid`` whose DAC time had come by stream time ``now`` (not merely queued)."""
-        for dac, brid, start, n in reversed(list(self.blocks)):
-            if brid == rid and dac <= now:
-                return start + min(n, int((now - dac) * self.rate))
-        return 0
-
-    def reply_age(self, index: float) -> float | None:
-        """Seconds from the first output sample of the latest reply that had begun
-        by stream sample ``index`` to ``index``; None before any reply."""
-        firsts = [f for f in list(self.first_index.values()) if f <= index]
-        return (index - max(firsts)) / self.rate if firsts else None
-
-    def level(self, window: float = 0.1) -> float:
-        """Loudest output of the last ``window`` seconds written."""
-        return self.envelope.level(self.index - window * self.rate, self.index)
 
 
 class MicDemo:
@@ -298,7 +212,10 @@ class MicDemo:
         assert self.speaker is not None
         t = e["type"]
         if t == "input_audio_buffer.speech_started":
+            self.heard = ""  # the status line shows the words as they are heard
             self.set_state("you are speaking")
+        elif t == "conversation.item.input_audio_transcription.delta":
+            self.heard += e["delta"]
         elif t == "input_audio_buffer.speech_stopped":
             self._turn_end = time.monotonic()
             self.set_state("listening")
@@ -323,8 +240,13 @@ class MicDemo:
             self.speaker.paused_rid = e["response_id"]  # the callback stops at its next block
             self._pause_at = time.monotonic()
             self.set_state("interrupted")
+        elif t == "response.output_audio.ducked":
+            self.speaker.ducked = (e["response_id"], 10 ** (e["gain_db"] / 20))
+            self._pause_at = time.monotonic()
+            self.set_state("interrupted")
         elif t == "response.output_audio.resumed":
             self.speaker.paused_rid = None
+            self.speaker.ducked = None
             self.set_state("replying")
         elif t == "response.done":
             r = e["response"]
@@ -365,7 +287,7 @@ class MicDemo:
 
         lat = " ".join(f"{k} {v:.0f} ms" for k, v in self.latency.items() if v is not None) or "-"
         levels = f"mic {bar(self.levels[0])} spk {bar(self.levels[1])}"
-        return f"[{self.state:^16}] {levels} | {lat} | heard: {self.heard[:40]!r}"
+        return f"[{self.state:^16}] {levels} | {lat} | heard: {self.heard[-40:]!r}"
 
     async def _status(self) -> None:
         while True:

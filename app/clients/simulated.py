@@ -47,7 +47,9 @@ class Heard:
     """Input sample at which the first audio of the reply arrived."""
     first_played_at: int | None = None
     stopped_at: int | None = None
-    """Input sample at which output stopped for good (cancel, truncation or pause)."""
+    """Input sample at which output stopped for good (cancel, truncation, pause or duck)."""
+    ducked_at: int | None = None
+    """Input sample at which the reply was last ducked (played on, quieter)."""
     done: bool = False
     stale_bytes: int = 0
     """Audio bytes that cannot belong to this reply: after its response.done, or out
@@ -96,6 +98,7 @@ class SimulatedClient:
         self.heard: dict[str, Heard] = {}
         self._buffer: deque[tuple[str, np.ndarray]] = deque()  # playout queue: (response_id, pcm)
         self._paused = False
+        self._gain = 1.0  # the speaker's gain: below 1 while a reply is ducked
         self._current: str | None = None  # response whose audio is at the head of the buffer
         self._last_ack = 0
         self._played_out = 0.0  # fractional output samples owed to the speaker
@@ -229,8 +232,14 @@ class SimulatedClient:
         elif etype == "response.output_audio.paused":
             self._paused = True
             self._stop(event["response_id"])
+        elif etype == "response.output_audio.ducked":
+            self._gain = 10 ** (float(event["gain_db"]) / 20)
+            ducked = self.heard.get(event["response_id"])
+            if ducked is not None:
+                ducked.ducked_at = self.input_samples
+            self._stop(event["response_id"])  # as the user hears it: it fell away
         elif etype == "response.output_audio.resumed":
-            self._paused = False
+            self._paused, self._gain = False, 1.0
             resumed = self.heard.get(event["response_id"])
             if resumed is not None:
                 resumed.stopped_at = None
@@ -244,7 +253,7 @@ class SimulatedClient:
             rid = self._response_of_item(event["item_id"])
             if rid is not None:
                 self._drop(rid)
-            self._paused = False
+            self._paused, self._gain = False, 1.0
 
     def _response_of_item(self, item_id: str) -> str | None:
         for rec in reversed(self.events):
@@ -266,6 +275,7 @@ class SimulatedClient:
             else:
                 kept.append((r, pcm))
         self._buffer = kept
+        self._gain = 1.0
         self._stop(rid)
         if self._current == rid:
             self._current = None
@@ -291,7 +301,8 @@ class SimulatedClient:
                 h.played += take
                 budget -= take
                 if self.record:
-                    out.append(pcm[:take])
+                    part = pcm[:take]
+                    out.append(part if self._gain == 1.0 else (part * self._gain).astype(np.int16))
                 if take == pcm.size:
                     self._buffer.popleft()
                 else:

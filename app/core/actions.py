@@ -39,11 +39,47 @@ class CancelReply:
 
 @dataclass(frozen=True, slots=True)
 class Transcribe:
-    """Recognise this user audio and hand the text to ``Session.on_transcript``."""
+    """Recognise this user audio and hand the text to ``Session.on_transcript`` with
+    the same ``kind`` and ``upto``.
+
+    ``kind``: ``final`` (a committed item: ``item_id``), ``candidate`` (the turn of
+    speech item ``item_id`` as it stands at a pause, to ``upto``: it becomes the
+    final transcript if the turn ends there) or ``partial`` (speech in progress:
+    worth doing only if a recogniser is idle; skipped otherwise).
+    """
 
     item_id: str
     audio: np.ndarray
     rate: int
+    kind: str = "final"
+    upto: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PredictTurn:
+    """Ask the end-of-turn model about this speech and hand its answer to
+    ``Session.on_turn_probability`` with ``speech_end``."""
+
+    audio: np.ndarray
+    rate: int
+    speech_end: int
+
+
+@dataclass(frozen=True, slots=True)
+class PrepareReply:
+    """Start the reply the session expects to give if the turn ends now (its thinker
+    and talker), without sending any of it: a :class:`StartReply` asking for the same
+    thing adopts it; a newer one, or :class:`DropPrepared`, discards it."""
+
+    request: SpeechRequest
+    output_rate: int
+    think: ThinkRequest
+    audio: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class DropPrepared:
+    """The turn went on: discard the prepared reply (nothing of it was sent)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,4 +90,4 @@ class Sync:
     event_id: str | None
 
 
-Action = StartReply | CancelReply | Transcribe | Sync
+Action = StartReply | CancelReply | Transcribe | PredictTurn | PrepareReply | DropPrepared | Sync

@@ -1,18 +1,49 @@
 """Speech over a reply (barge-in), as a policy with explicit states.
 
-Speech that starts while a reply is being heard pauses it at once. If the speech
-lasts ``barge_in_min_ms`` (or becomes a turn) the reply is interrupted: cancelled
-and truncated at what was heard when the speech began. If it ends sooner (a
-cough, an "uh-huh") the reply resumes and the sound is not a turn.
+Speech that starts while a reply is being heard ducks it at once (or pauses it,
+with ducking off): the user hears the reply fall away within ~100 ms, yet a
+backchannel ("mhm", "okay") or a noise costs the reply nothing but a dip. What the
+speech is, is then judged on what it says, as soon as the recogniser knows:
+
+* words that are not a backchannel, at the user's own level -> interrupted: the
+  reply is cancelled and truncated at what was heard when the speech began;
+* only backchannel words -> the reply resumes as soon as the speech pauses, and
+  the sound is not a turn, however long it was ("okay, I see, right");
+* speech at the user's level lasting ``barge_in_min_ms`` that no transcript has
+  called a backchannel -> interrupted (what a recogniser cannot make out yet is
+  still the user talking: an echo gate chops the start of a real barge-in);
+* sound well below the user's level (babble, music, a TV) never interrupts: after
+  :data:`NOISE_MS` it is ignored and the reply plays on.
+
+Shorter speech at the user's level resumes the reply when it ends. With no
+recogniser, level and length decide alone.
 """
 
 from __future__ import annotations
 
+import re
 from enum import Enum
 
 from duplex.app.core.settings import TurnDetection
 from duplex.app.core.signals import Interrupt, Pause, Resume, Signal
 from duplex.app.core.units import ms_to_samples
+
+NOISE_MS = 1500
+"""Speech over a reply that says nothing for this long is noise: the reply resumes."""
+
+BACKCHANNELS = frozenset({
+    "mhm", "mm", "mmm", "hmm", "hm", "mhmm", "uh", "huh", "um", "ah", "oh", "okay", "ok", "yeah", "yes", "yep",
+    "yup", "right", "sure", "alright", "all", "i", "see", "got", "it", "cool", "nice", "wow", "great", "gotcha",
+    "true", "exactly", "indeed", "interesting", "really",
+})  # fmt: skip
+"""Words a listener says to keep the speaker going ("I see" and "got it" count word by word)."""
+_WORD = re.compile(r"[a-z']+")  # "uh-huh", "mm-hmm", "uh-uh": the parts are each backchannels
+
+
+def says_something(text: str) -> bool:
+    """Whether a transcript holds a word that is not a backchannel."""
+    # Single letters are a recogniser spelling out a hum ("M-H-M"), not words.
+    return any(len(w) > 1 and w not in BACKCHANNELS for w in _WORD.findall(text.lower()))
 
 
 class BargeState(Enum):
@@ -21,34 +52,75 @@ class BargeState(Enum):
     NONE = "none"
     """No reply was being heard when the speech began (or barge-in is off)."""
     PAUSED = "paused"
-    """The reply is paused: the speech may still turn out to be a backchannel."""
+    """The reply is ducked (or paused) while the speech is judged."""
     INTERRUPTED = "interrupted"
     """The reply was interrupted: the speech is the user's turn."""
+    IGNORED = "ignored"
+    """The speech was judged noise: the reply plays on and this is not a turn."""
 
 
 class BargeIn:
     """One session's barge-in decisions, speech segment by speech segment."""
 
-    def __init__(self, td: TurnDetection, rate: int) -> None:
+    def __init__(self, td: TurnDetection, rate: int, *, words: bool = False) -> None:
         self.enabled = td.interrupt_response
         self.min_speech = ms_to_samples(td.barge_in_min_ms, rate)
+        self.noise = ms_to_samples(NOISE_MS, rate)
+        self.words = words
+        """Transcripts of the speech will come (:meth:`heard`): they decide, not duration."""
         self.state = BargeState.NONE
+        self._onset = 0
+        self._heard = False  # a transcript of this speech came
+        self._content = False  # ...and it says something, at the user's level
+        self._backchannel = False  # ...or it holds backchannel words only
 
     def started(self, onset: int, replying: bool) -> list[Signal]:
         """Speech began at input sample ``onset``; ``replying``: a reply is being heard."""
         self.state = BargeState.PAUSED if replying and self.enabled else BargeState.NONE
+        self._onset, self._heard, self._content, self._backchannel = onset, False, False, False
         return [Pause(onset)] if self.state is BargeState.PAUSED else []
 
-    def speaking(self, onset: int, speech_end: int) -> list[Signal]:
-        """Speech goes on (to ``speech_end`` so far; the silence after it is not speech)."""
-        if self.state is BargeState.PAUSED and speech_end - onset >= self.min_speech:
+    def heard(self, text: str, *, loud: bool) -> list[Signal]:
+        """A transcript of the speech so far; ``loud``: it is at the user's own level
+        (speech well below it is someone else, or a loudspeaker)."""
+        if self.state is not BargeState.PAUSED:
+            return []
+        self._heard, self._content = True, loud and says_something(text)
+        self._backchannel = not self._content and bool(_WORD.findall(text.lower()))
+        if self._content:
             self.state = BargeState.INTERRUPTED
-            return [Interrupt(onset)]
+            return [Interrupt(self._onset)]
         return []
 
-    def stopped(self, onset: int, speech_end: int) -> list[Signal]:
-        """The speech ended: a paused reply resumes if it was short, else it is interrupted now."""
+    def speaking(self, onset: int, speech_end: int, *, loud: bool = True) -> list[Signal]:
+        """Speech goes on (to ``speech_end`` so far; the silence after it is not speech);
+        ``loud``: at the user's own level."""
+        if self.state is not BargeState.PAUSED:
+            return []
+        spoken = speech_end - onset
+        if loud and not self._backchannel and spoken >= self.min_speech:
+            self.state = BargeState.INTERRUPTED  # the user's voice, long, and not a backchannel
+            return [Interrupt(onset)]
+        if not loud and spoken >= self.noise:
+            self.state = BargeState.IGNORED  # someone else, a loudspeaker: let the reply play on
+            return [Resume()]
+        return []
+
+    @property
+    def judged(self) -> bool:
+        """Whether the speech over the reply is known to be a backchannel (it resumes once
+        the speech pauses). Heard as nothing is not enough: the start of a real barge-in,
+        chopped by an echo gate, often is."""
+        return self.state is BargeState.PAUSED and self._backchannel
+
+    def stopped(self, onset: int, speech_end: int, *, loud: bool = True) -> list[Signal]:
+        """The speech ended: a paused reply resumes unless the speech was a turn (by its
+        words if they say so, else by its level and length)."""
         state, self.state = self.state, BargeState.NONE
         if state is not BargeState.PAUSED:
             return []
-        return [Resume()] if speech_end - onset < self.min_speech else [Interrupt(onset)]
+        if self._content:
+            return [Interrupt(onset)]
+        if self._backchannel or not loud or speech_end - onset < self.min_speech:
+            return [Resume()]
+        return [Interrupt(onset)]

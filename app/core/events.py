@@ -139,6 +139,17 @@ class TranscriptionCompleted:
 
 
 @dataclass(frozen=True, slots=True)
+class TranscriptionDelta:
+    """Words of the user's speech heard so far (while they speak: the item is the
+    one ``speech_started`` named, committed later); a delta is never taken back."""
+
+    type: ClassVar[str] = "conversation.item.input_audio_transcription.delta"
+    item_id: str
+    content_index: int
+    delta: str
+
+
+@dataclass(frozen=True, slots=True)
 class TranscriptionFailed:
     type: ClassVar[str] = "conversation.item.input_audio_transcription.failed"
     item_id: str
@@ -278,8 +289,21 @@ class AudioPaused:
 
 
 @dataclass(frozen=True, slots=True)
+class AudioDucked:
+    """Extension: play this reply on at ``gain_db`` (speech over it is being judged:
+    a backchannel or noise resumes it, a turn cancels it)."""
+
+    type: ClassVar[str] = "response.output_audio.ducked"
+    ref: ContentRef
+    epoch: int
+    audio_end_ms: int
+    detected_after_ms: int
+    gain_db: float
+
+
+@dataclass(frozen=True, slots=True)
 class AudioResumed:
-    """Extension: the paused reply plays on."""
+    """Extension: the paused or ducked reply plays on as before."""
 
     type: ClassVar[str] = "response.output_audio.resumed"
     ref: ContentRef
@@ -289,11 +313,11 @@ class AudioResumed:
 ServerEvent = (
     SessionCreated | SessionUpdated | SessionSynced | Error
     | ItemAdded | ItemDone | ItemRetrieved | ItemDeleted | ItemTruncated
-    | TranscriptionCompleted | TranscriptionFailed
+    | TranscriptionCompleted | TranscriptionDelta | TranscriptionFailed
     | BufferCommitted | BufferCleared | SpeechStarted | SpeechStopped
     | ResponseCreated | ResponseDone | OutputItemAdded | OutputItemDone | ContentPartAdded | ContentPartDone
     | AudioDelta | AudioDone | AudioTranscriptDelta | AudioTranscriptDone | TextDelta | TextDone
-    | AudioPaused | AudioResumed
+    | AudioPaused | AudioDucked | AudioResumed
 )  # fmt: skip
 SERVER_EVENTS: tuple[type[ServerEvent], ...] = ServerEvent.__args__
 """Every kind of event the server can send."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from duplex.app.core.conversation import decode_audio
+from duplex.app.core.ears import DEAF, Ears
 from duplex.app.core.limits import SessionLimits
 from duplex.app.core.listening import Listener
 from duplex.app.core.pacing import SessionClock
@@ -25,9 +26,15 @@ class Intake:
     """Where a session's microphone audio goes, on its input sample clock."""
 
     def __init__(
-        self, clock: SessionClock, limits: SessionLimits, voice_activity: VoiceActivity | None, now: float
+        self,
+        clock: SessionClock,
+        limits: SessionLimits,
+        voice_activity: VoiceActivity | None,
+        now: float,
+        ears: Ears = DEAF,
     ) -> None:
         self.clock = clock
+        self.ears = ears
         self.limits = limits
         self.voice_activity = voice_activity
         self.samples = 0
@@ -45,7 +52,7 @@ class Intake:
             self.listener = None
             return
         # Started at the current input sample: watermarks stay on the session's clock.
-        self.listener = Listener(self.voice_activity, settings.input_rate, td, start=self.samples)
+        self.listener = Listener(self.voice_activity, settings.input_rate, td, start=self.samples, ears=self.ears)
 
     def audio_of(self, message: ClientEvent | bytes, settings: SessionSettings) -> bytes:
         """The PCM16 an append event or a binary frame carries (raises ProtocolError)."""

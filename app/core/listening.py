@@ -6,7 +6,13 @@ when silence ends a turn, hands speech over a reply to the
 :class:`~duplex.app.core.bargein.BargeIn` policy, and keeps what a turn needs
 (the audio of each speech segment with its prefix padding). It reports what
 happened as :mod:`~duplex.app.core.signals`. Outside a reply, a segment shorter
-than ``min_speech_ms`` is noise, not a turn.
+than ``min_speech_ms`` is noise, not a turn. Levels (:mod:`~duplex.app.core.levels`)
+keep quieter sound around the user from starting speech over a reply.
+
+While the user speaks it asks for partial transcripts, and when speech pauses for
+a candidate transcript of the turn as it stands and (for ``semantic_vad``) the
+end-of-turn model's view; their answers come back through :meth:`Listener.heard`
+and :meth:`Listener.answered`.
 """
 
 from __future__ import annotations
@@ -14,8 +20,10 @@ from __future__ import annotations
 import numpy as np
 
 from duplex.app.core.bargein import BargeIn, BargeState
+from duplex.app.core.ears import DEAF, Ears
+from duplex.app.core.levels import Levels
 from duplex.app.core.settings import TurnDetection
-from duplex.app.core.signals import Resume, Signal, Started, Stopped, Turn
+from duplex.app.core.signals import AskTurn, Continued, Partial, Paused, Resume, Signal, Started, Stopped, Turn
 from duplex.app.core.turns import turn_detector
 from duplex.app.core.units import ms_to_samples
 from duplex.pipeline.voice_activity import VadStream, VoiceActivity
@@ -25,8 +33,13 @@ from duplex.pipeline.voice_activity import VadStream, VoiceActivity
 _LOOKBACK_MARGIN_MS = 500
 TAIL_MS = 150
 """Audio kept after the end of speech for recognition (Silero already ends late)."""
+PARTIAL_EVERY_MS = 400
+"""Speech between two partial transcripts."""
 HYSTERESIS = 0.15
 """Once speech has started, windows down to ``threshold - HYSTERESIS`` still count as speech."""
+LATE_MS = 600
+"""Silence after speech over a reply that ends it if its words have not (a blip, or a
+recogniser too busy to say); then its length decides."""
 
 
 class Listener:
@@ -41,12 +54,15 @@ class Listener:
         start: int = 0,
         max_segment_s: float = 300.0,
         floor_dbfs: float = -60.0,
+        ears: Ears = DEAF,
     ) -> None:
         self.rate = rate
         self.td = td
+        self.ears = ears
         self.vad = VadStream(vad, rate, start=start, floor_dbfs=floor_dbfs)
-        self.turns = turn_detector(td, rate)
-        self.barge_in = BargeIn(td, rate)
+        self.turns = turn_detector(td, rate, ears)
+        self.barge_in = BargeIn(td, rate, words=ears.transcripts)
+        self.levels = Levels(rate)
         self._chunks: list[np.ndarray] = []
         self._buffer_start = start  # input sample of self._chunks[0][0]
         self._keep = ms_to_samples(td.prefix_padding_ms + _LOOKBACK_MARGIN_MS, rate)
@@ -54,6 +70,9 @@ class Listener:
         self._onset: int | None = None
         self._speech_end = start  # input sample where the latest speech window ended
         self._segment_start = start
+        self._partial_at = start  # input sample of the last partial (or of the onset)
+        self._paused_at: int | None = None  # speech_end of the pause already reported
+        self._silent = False  # the latest window was silence after speech
 
     @property
     def in_speech(self) -> bool:
@@ -65,29 +84,102 @@ class Listener:
         out: list[Signal] = []
         for w in self.vad.push(pcm, lambda: self.in_speech):
             if self._onset is None:
-                if w.probability >= self.td.threshold:
+                if w.probability >= self.td.threshold and self.levels.onset_allowed(w.level, w.end, replying=replying):
                     self._speech_end = w.end
                     out += self._start(w.start, replying)
+                    self.levels.speech(w.level)
             elif w.probability >= self.td.threshold - HYSTERESIS:
-                self._speech_end = w.end
-            elif (audio_end := self.turns.ended(self._speech_end, w.end)) is not None:
-                out += self._stop(audio_end, self._speech_end)
+                if self._silent and self._paused_at == self._speech_end:
+                    out.append(Continued())  # what was prepared for that pause is void
+                self._speech_end, self._silent = w.end, False
+                if w.probability >= self.td.threshold:
+                    self.levels.speech(w.level)
+            else:
+                self._silent = True
+                out += self._silence(w.end)
         if self._onset is not None:
-            out += self.barge_in.speaking(self._onset, self._speech_end)
+            out += self.barge_in.speaking(self._onset, self._speech_end, loud=self.levels.loud)
+            if self.barge_in.state is BargeState.IGNORED:  # noise: end it, so the user's speech starts afresh
+                out += self._stop(self.vad.samples, self._speech_end)
+        if self._onset is not None:
+            every = ms_to_samples(PARTIAL_EVERY_MS, self.rate)
+            if self.ears.partials and not self._silent and self.vad.samples - self._partial_at >= every:
+                self._partial_at = self.vad.samples
+                out.append(Partial(self._slice(self._segment_start, self.vad.samples), self.vad.samples))
         self._trim()
         return out
 
+    def _silence(self, now: int) -> list[Signal]:
+        """A window of silence after speech, ending at input sample ``now``."""
+        assert self._onset is not None
+        tail = ms_to_samples(TAIL_MS, self.rate)
+        if self.barge_in.state is BargeState.PAUSED and now >= self._speech_end + tail:
+            # Speech over a reply has paused: resume the reply as soon as it is known to be no
+            # turn (by its words), or once it has been quiet a while (LATE_MS: a blip, a click,
+            # a recogniser too busy to say). Not sooner: an echo gate chops the start of a
+            # real barge-in into blips, and they must stay one segment.
+            short = self._speech_end - self._onset < self.barge_in.min_speech
+            late = now >= self._speech_end + ms_to_samples(LATE_MS, self.rate)
+            if self.barge_in.judged or (short and late):
+                return self._stop(now, self._speech_end)
+        if (audio_end := self.turns.ended(self._speech_end, now)) is not None:
+            return self._stop(audio_end, self._speech_end)
+        out: list[Signal] = []
+        if now >= self._speech_end + tail and self._paused_at != self._speech_end:
+            out += self._paused(self._speech_end + tail)
+        if (upto := self.turns.ask(self._speech_end, now)) is not None:
+            out.append(AskTurn(self._slice(self._segment_start, upto), upto, self._speech_end))
+        return out
+
+    def decide(self) -> list[Signal]:
+        """Ask the turn detector again, between windows (an answer it waited for came)."""
+        if self._onset is None or not self._silent:
+            return []
+        return self._silence(self.vad.samples)
+
+    def answered(self, speech_end: int, probability: float) -> list[Signal]:
+        """The end-of-turn model's answer to an :class:`AskTurn`."""
+        self.turns.answered(speech_end, probability)
+        return self.decide() if speech_end == self._speech_end else []
+
+    def heard(self, speech_end: int, text: str) -> list[Signal]:
+        """The transcript of the turn as it stood at a :class:`Paused` (its ``speech_end``)."""
+        self.turns.heard(speech_end, text)
+        if speech_end != self._speech_end or self._onset is None:
+            return []
+        return self.barge_in.heard(text, loud=self.levels.loud) + self.decide()
+
+    def hearing(self, text: str) -> list[Signal]:
+        """A partial transcript of the speech in progress."""
+        return self.barge_in.heard(text, loud=self.levels.loud) if self._onset is not None else []
+
+    def _paused(self, upto: int) -> list[Signal]:
+        """Speech paused: the turn's audio as it would be committed, if long enough to be one."""
+        assert self._onset is not None
+        self._paused_at = self._speech_end
+        if not self.ears.transcripts or self._speech_end - self._onset < ms_to_samples(
+            self.td.min_speech_ms, self.rate
+        ):
+            return []
+        start = self._segment_start
+        return [Paused(self._slice(start, upto), start, upto, self._speech_end)]
+
     def _start(self, onset: int, replying: bool) -> list[Signal]:
-        self._onset = onset
+        self._onset, self._silent = onset, False
+        self._partial_at = onset
         self._segment_start = max(self._buffer_start, onset - ms_to_samples(self.td.prefix_padding_ms, self.rate), 0)
+        self.levels.start()
         return [Started(onset, self._segment_start), *self.barge_in.started(onset, replying)]
 
     def _stop(self, audio_end: int, speech_end: int) -> list[Signal]:
         assert self._onset is not None
-        onset, self._onset = self._onset, None
+        onset, self._onset, self._silent = self._onset, None, False
         was = self.barge_in.state
-        barge = self.barge_in.stopped(onset, speech_end)
+        barge = self.barge_in.stopped(onset, speech_end, loud=self.levels.loud)
         out: list[Signal] = [Stopped(audio_end, speech_end), *barge]
+        if was is BargeState.IGNORED:
+            self.levels.noise(audio_end)
+            return out  # noise over the reply: it played on
         if any(isinstance(s, Resume) for s in barge):
             return out  # a cough or a backchannel: the reply goes on, and this is not a turn
         if was is BargeState.NONE and speech_end - onset < ms_to_samples(self.td.min_speech_ms, self.rate):
@@ -95,7 +187,8 @@ class Listener:
         # The recogniser gets the speech and a short tail, not the whole silence window:
         # the rest is silence it would spend ~13% more CPU on (0.4 s of a 3 s turn).
         heard_end = min(audio_end, speech_end + ms_to_samples(TAIL_MS, self.rate))
-        out.append(Turn(self._slice(self._segment_start, heard_end), self._segment_start, audio_end))
+        self.levels.turn()
+        out.append(Turn(self._slice(self._segment_start, heard_end), self._segment_start, audio_end, heard_end))
         return out
 
     def _slice(self, start: int, end: int) -> np.ndarray:

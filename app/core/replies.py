@@ -16,11 +16,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from duplex.app.core.actions import CancelReply, StartReply
+from duplex.app.core.actions import CancelReply, PrepareReply, StartReply
 from duplex.app.core.conversation import Conversation, Item, Part
 from duplex.app.core.events import (
     AudioDelta,
     AudioDone,
+    AudioDucked,
     AudioPaused,
     AudioResumed,
     AudioTranscriptDelta,
@@ -53,6 +54,8 @@ from duplex.pipeline.talker import SpeechRequest
 from duplex.pipeline.thinker import Message, ThinkRequest
 
 Output = list[ServerEvent | StartReply | CancelReply]
+PREPARED = "prepared"
+"""The request id of a reply prepared before its turn was confirmed."""
 
 
 @dataclass(slots=True)
@@ -85,6 +88,8 @@ class Reply:
     active: bool = True
     deltas: int = 0
     """Audio deltas sent: their ``seq`` on the wire (gap-free per reply)."""
+    ducked: bool = False
+    """Playing on, quieter, while speech over it is judged."""
 
     @property
     def ref(self) -> ContentRef:
@@ -289,21 +294,38 @@ class Replies:
             return r
         return None
 
+    def prepare(self, messages: tuple[Message, ...], options: ResponseOptions) -> PrepareReply:
+        """What :meth:`begin` would start for ``messages``, to start it before the turn
+        is confirmed (the edge adopts it if :meth:`begin` then asks for the same)."""
+        settings = self.ctx.settings
+        request = SpeechRequest(PREPARED, "", options.voice, settings.speed, self.state)
+        return PrepareReply(
+            request, settings.output_rate, ThinkRequest(PREPARED, messages), "audio" in options.modalities
+        )
+
     def pause(self, onset: int, input_samples: int, now: float) -> list[ServerEvent]:
-        """Speech began at input sample ``onset`` (decided at ``input_samples``): stop output now."""
+        """Speech began at input sample ``onset`` (decided at ``input_samples``): duck the
+        reply (it plays on, quieter) or, with ducking off, stop its output now."""
         r = self.being_heard(now)
-        if r is None or r.playout.paused:
+        if r is None or r.playout.paused or r.ducked:
             return []
-        r.playout.pause(self._t(now))
+        td = self.ctx.settings.turn_detection
+        duck_db = td.duck_db if td is not None else None
         after = samples_to_ms(input_samples - onset, self.ctx.settings.input_rate)  # how late this was decided
+        if duck_db is not None:
+            r.ducked = True
+            return [AudioDucked(r.ref, r.epoch, self._played_ms(r, onset), after, duck_db)]
+        r.playout.pause(self._t(now))
         return [AudioPaused(r.ref, r.epoch, self._played_ms(r, onset), after)]
 
     def resume(self, now: float) -> list[ServerEvent]:
-        """The speech was not a turn: the paused reply plays on."""
+        """The speech was not a turn: the reply plays on as before."""
         r = self.heard
-        if r is None or not r.playout.paused or r.item.truncated_ms is not None:
+        if r is None or not (r.playout.paused or r.ducked) or r.item.truncated_ms is not None:
             return []
-        r.playout.resume(self._t(now))
+        if r.playout.paused:
+            r.playout.resume(self._t(now))
+        r.ducked = False
         return [AudioResumed(r.ref, r.epoch)]
 
     def _played_ms(self, r: Reply, onset: int) -> int:
@@ -316,7 +338,7 @@ class Replies:
         r = self.heard
         if r is None or r.item.truncated_ms is not None:
             return []
-        if not r.active and not r.playout.paused and r.playout.finished(self._t(now)):
+        if not r.active and not r.playout.paused and r.playout.finished(self._t(now)) and not r.ducked:
             return []  # it had been heard in full before the user spoke
         out: Output = []
         if r.active:

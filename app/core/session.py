@@ -14,13 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
-from duplex.app.core.actions import Action, Sync, Transcribe
-from duplex.app.core.conversation import Conversation, Item, Part, parse_item
+from duplex.app.core.actions import Action, Sync
+from duplex.app.core.conversation import Conversation, Item, parse_item
+from duplex.app.core.ears import DEAF, Ears
 from duplex.app.core.events import (
     BufferCleared,
-    BufferCommitted,
     Error,
     ItemAdded,
     ItemDeleted,
@@ -30,10 +28,6 @@ from duplex.app.core.events import (
     SessionCreated,
     SessionSynced,
     SessionUpdated,
-    SpeechStarted,
-    SpeechStopped,
-    TranscriptionCompleted,
-    TranscriptionFailed,
 )
 from duplex.app.core.intake import Intake
 from duplex.app.core.limits import SessionLimits
@@ -41,7 +35,7 @@ from duplex.app.core.pacing import SessionClock
 from duplex.app.core.protocol import ClientEvent, ProtocolError
 from duplex.app.core.replies import Replies, ReplyContext
 from duplex.app.core.settings import SessionSettings, VoiceCheck, apply_update, response_options
-from duplex.app.core.signals import Interrupt, Pause, Resume, Signal, Started, Stopped, Turn
+from duplex.app.core.turn_taking import TurnTaking
 from duplex.app.core.units import samples_to_ms
 from duplex.pipeline.state import StateHandle
 from duplex.pipeline.stream import ChunkEvent
@@ -65,6 +59,7 @@ class Session:
         limits: SessionLimits | None = None,
         voice_activity: VoiceActivity | None = None,
         backend: tuple[str, str] = ("espeak", "builtin"),
+        ears: Ears = DEAF,
     ) -> None:
         self.id = session_id
         self.check_voice = check_voice
@@ -77,10 +72,9 @@ class Session:
             session_id, self.new_id, self.clock, settings or SessionSettings(), self.limits, self.conversation
         )
         self.replies = Replies(self.ctx, StateHandle(session_id, backend[0], backend[1]))
-        self.intake = Intake(self.clock, self.limits, voice_activity, now)
+        self.intake = Intake(self.clock, self.limits, voice_activity, now, ears)
         self.intake.listen(self.ctx.settings)
-        self._speech_item: str | None = None
-        self._transcribing: set[str] = set()  # committed turns waiting for their transcript
+        self.turns = TurnTaking(self)
 
     @property
     def settings(self) -> SessionSettings:
@@ -99,7 +93,8 @@ class Session:
             if candidate not in self.conversation:
                 return candidate
 
-    def _ms(self, samples: int) -> int:
+    def ms(self, samples: int) -> int:
+        """Input samples as milliseconds on the wire."""
         return samples_to_ms(samples, self.settings.input_rate)
 
     # -- lifecycle -----------------------------------------------------------
@@ -148,7 +143,7 @@ class Session:
 
     def synced(self, event_id: str | None) -> list[ServerEvent]:
         """The answer to ``session.sync``: where the input clock stands."""
-        return [SessionSynced(event_id, self.input_samples, self._ms(self.input_samples))]
+        return [SessionSynced(event_id, self.input_samples, self.ms(self.input_samples))]
 
     # -- input audio ---------------------------------------------------------
     # In three steps (see intake.py), so the edge can hear a large chunk in slices.
@@ -167,7 +162,7 @@ class Session:
     def hear(self, raw: bytes, now: float) -> Output:
         """Accepted audio, in order (in slices if the edge likes)."""
         replying = self.replies.being_heard(now) is not None
-        return self._on_signals(self.intake.hear(raw, self.settings.input_rate, now, replying=replying), now)
+        return self.turns.on_signals(self.intake.hear(raw, self.settings.input_rate, now, replying=replying), now)
 
     def _on_input_audio_buffer_append(self, data: Data, now: float) -> Output:
         raw = self.audio_of(ClientEvent("input_audio_buffer.append", data))
@@ -183,75 +178,40 @@ class Session:
             return [Error(err)]
         return self.hear(pcm, now)
 
-    def _on_signals(self, signals: list[Signal], now: float) -> Output:
-        out: Output = []
-        for sig in signals:
-            if isinstance(sig, Started):
-                self._speech_item = self.new_id("item")
-                out.append(SpeechStarted(self._ms(sig.audio_start), self._speech_item))
-            elif isinstance(sig, Pause):
-                out += self.replies.pause(sig.onset, self.input_samples, now)
-            elif isinstance(sig, Resume):
-                out += self.replies.resume(now)
-            elif isinstance(sig, Interrupt):
-                out += self.replies.interrupt(sig.onset, now)
-            elif isinstance(sig, Stopped):
-                out.append(SpeechStopped(self._ms(sig.audio_end), self._speech_item))
-            elif isinstance(sig, Turn):
-                out += self._commit(sig.audio, self._speech_item, now=now)
-        return out
-
-    def _commit(self, audio: np.ndarray, item_id: str | None = None, *, now: float) -> Output:
-        if item_id is None or item_id in self.conversation:  # a client may have taken it since speech began
-            item_id = self.new_id("item")
-        item = Item(item_id, "user", [Part("input_audio", None)])
-        prev = self.conversation.add(item)
-        out: Output = [BufferCommitted(prev, item.id), *self._item_added(item, prev), *self._make_room(item)]
-        if len(self._transcribing) >= self.limits.max_pending_transcriptions:
-            # Turns come faster than they can be heard: this one is not queued behind the others.
-            backlog = f"not transcribed: {len(self._transcribing)} earlier turns are still waiting"
-            return out + self.on_transcript(item.id, "", now, failure=backlog)
-        self._transcribing.add(item.id)
-        return [*out, Transcribe(item.id, audio, self.settings.input_rate)]
-
     def _on_input_audio_buffer_commit(self, data: Data, now: float) -> Output:
-        if len(self._transcribing) >= self.limits.max_pending_transcriptions:
+        waiting = len(self.turns.transcribing)
+        if waiting >= self.limits.max_pending_transcriptions:
             raise ProtocolError(
                 "transcription_backlog",
-                f"{len(self._transcribing)} turns are still being transcribed; the audio stays in the buffer: "
+                f"{waiting} turns are still being transcribed; the audio stays in the buffer: "
                 "commit again when one is done",
             )
         audio = self.intake.take()
         if audio.size == 0:
             raise ProtocolError("input_audio_buffer_commit_empty", "the input audio buffer is empty")
-        return self._commit(audio, now=now)
+        return self.turns.commit(audio, now=now)
 
     def _on_input_audio_buffer_clear(self, data: Data, now: float) -> Output:
         self.intake.clear()
         return [BufferCleared()]
 
     def on_transcript(
-        self, item_id: str, text: str, now: float, recognition_ms: float | None = None, failure: str | None = None
+        self,
+        item_id: str,
+        text: str,
+        now: float,
+        recognition_ms: float | None = None,
+        failure: str | None = None,
+        *,
+        kind: str = "final",
+        upto: int = 0,
     ) -> Output:
-        """The recogniser heard ``text`` in a committed user item (in ``recognition_ms``),
-        or failed with ``failure``: then the turn counts as heard as nothing and goes on."""
-        self._transcribing.discard(item_id)
-        if item_id not in self.conversation:
-            return []  # deleted meanwhile
-        item = self.conversation.get(item_id)
-        item.content[0].text = text
-        out: Output = [
-            TranscriptionFailed(item_id, 0, failure)
-            if failure is not None
-            else TranscriptionCompleted(item_id, 0, text, recognition_ms)
-        ]
-        td = self.settings.turn_detection
-        users = [i for i in self.conversation.items if i.role == "user"]
-        latest = users[-1] is item if users else False  # a later turn supersedes this one: answer that
-        if td is not None and td.create_response and self.replies.active is None and latest:
-            options = response_options(self.settings, {}, check_voice=self.check_voice)
-            out += self.replies.begin(self.messages(), options, now)
-        return out
+        """A :class:`Transcribe`'s answer (see :meth:`TurnTaking.on_transcript`)."""
+        return self.turns.on_transcript(item_id, text, now, recognition_ms, failure, kind=kind, upto=upto)
+
+    def on_turn_probability(self, speech_end: int, probability: float, now: float) -> Output:
+        """The end-of-turn model's answer to a :class:`PredictTurn`."""
+        return self.turns.on_turn_probability(speech_end, probability, now)
 
     def messages(self, items: list[Item] | None = None, instructions: str | None = None) -> tuple[Message, ...]:
         """The conversation as the thinker sees it: the instructions as the system
@@ -274,7 +234,8 @@ class Session:
         return []
 
     # -- conversation --------------------------------------------------------
-    def _item_added(self, item: Item, prev: str | None) -> list[ServerEvent]:
+    def item_added(self, item: Item, prev: str | None) -> list[ServerEvent]:
+        """The events that announce a new item."""
         view = item.view()
         return [ItemAdded(prev, view), ItemDone(prev, view)]
 
@@ -290,9 +251,9 @@ class Session:
                 param="item",
             )
         prev = conv.add(item, data.get("previous_item_id"))
-        return list(self._item_added(item, prev))
+        return list(self.item_added(item, prev))
 
-    def _make_room(self, item: Item) -> list[ServerEvent]:
+    def make_room(self, item: Item) -> list[ServerEvent]:
         """The server's own items never fail for want of room: the oldest go instead."""
         keep = {item.id} | ({self.replies.active.item.id} if self.replies.active else set())
         return list(self.conversation.make_room(self.limits.max_items, self.limits.max_conversation_chars, keep))

@@ -27,9 +27,12 @@ VoiceCheck = Callable[[str], None]
 
 @dataclass(frozen=True, slots=True)
 class TurnDetection:
-    """Turn detection, as the Realtime protocol names its knobs (``server_vad``)."""
+    """Turn detection, as the Realtime protocol names its knobs: ``server_vad`` ends a
+    turn after ``silence_duration_ms``; ``semantic_vad`` when the speaker sounds done
+    (``eagerness``: see :mod:`duplex.app.core.semantic`). VAD knobs apply to both."""
 
     type: str = "server_vad"
+    eagerness: str = "auto"
     threshold: float = 0.5
     prefix_padding_ms: int = 300
     silence_duration_ms: int = 500
@@ -43,9 +46,13 @@ class TurnDetection:
     # Silero holds speech ~100-200 ms past its end, so eSpeak's "mhm" (560 ms)
     # measures ~670 ms: 800 keeps backchannels from killing replies.
     barge_in_min_ms: int = 800
+    # ...and ducks the reply (plays it on this much quieter) while it is judged; None
+    # pauses it instead.
+    duck_db: float | None = -24.0
 
 
-TURN_DETECTION_TYPES = ("server_vad",)
+TURN_DETECTION_TYPES = ("server_vad", "semantic_vad")
+EAGERNESS = ("low", "medium", "high", "auto")
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +167,7 @@ _TURN_RANGES: tuple[tuple[str, tuple[type, ...], float, float], ...] = (
     ("idle_timeout_ms", (int, type(None)), 5000, 30 * 60 * 1000),
     ("min_speech_ms", (int,), 0, 5000),
     ("barge_in_min_ms", (int,), 0, 10000),
+    ("duck_db", (float, type(None)), -60.0, 0.0),
 )
 
 
@@ -167,17 +175,27 @@ def _turn_detection(value: Any, param: str, current: TurnDetection | None) -> Tu
     if value is None:
         return None
     check_type(value, (dict,), param)
-    kind = value.get("type", "server_vad")
+    base = current or TurnDetection()
+    kind = value.get("type", base.type)
     if kind not in TURN_DETECTION_TYPES:
-        raise _bad(f"{param}.type", f"{param}.type {kind!r} is not supported; use server_vad", "unsupported_value")
-    updates: dict[str, Any] = {}
+        raise _bad(
+            f"{param}.type",
+            f"{param}.type {kind!r} is not supported; use server_vad or semantic_vad",
+            "unsupported_value",
+        )
+    updates: dict[str, Any] = {"type": kind}
+    if "eagerness" in value:
+        eagerness = _get(value, "eagerness", (str,), f"{param}.eagerness")
+        if eagerness not in EAGERNESS:
+            raise _bad(f"{param}.eagerness", f"{param}.eagerness must be one of {', '.join(EAGERNESS)}")
+        updates["eagerness"] = eagerness
     for key, types, lo, hi in _TURN_RANGES:
         if key in value:
             updates[key] = _in_range(value[key], types, lo, hi, f"{param}.{key}")
     for key in ("create_response", "interrupt_response"):
         if key in value:
             updates[key] = _get(value, key, (bool,), f"{param}.{key}")
-    return replace(current or TurnDetection(), **updates)
+    return replace(base, **updates)
 
 
 def _pacing(value: Any, param: str, current: Pacing) -> Pacing:

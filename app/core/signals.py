@@ -9,6 +9,11 @@
 * :class:`Resume`: the speech ended before that (a cough, a click, an "uh-huh"):
   the same reply carries on where it paused, and the segment is not a turn.
 * :class:`Turn`: a segment of user speech to commit, transcribe and answer.
+* :class:`Partial` / :class:`Paused`: the speech so far, to transcribe while the user
+  speaks, and the whole turn as it stands when speech pauses (transcribed before
+  the turn is decided, so the transcript is ready when it is); :class:`Continued`:
+  speech went on after such a pause (what was prepared for it is void).
+* :class:`AskTurn`: the end of the speech, for the end-of-turn model.
 """
 
 from __future__ import annotations
@@ -49,12 +54,49 @@ class Interrupt:
 
 
 @dataclass(frozen=True, slots=True)
+class Partial:
+    """Speech goes on: the segment so far (to ``upto``) is worth a partial transcript."""
+
+    audio: np.ndarray
+    upto: int
+
+
+@dataclass(frozen=True, slots=True)
+class Paused:
+    """Speech has paused long enough for the turn's audio to be complete if it ends
+    here: the audio a :class:`Turn` would carry (``start`` to ``upto``), so it can be
+    transcribed before the turn is decided."""
+
+    audio: np.ndarray
+    start: int
+    upto: int
+    speech_end: int
+
+
+@dataclass(frozen=True, slots=True)
+class Continued:
+    """Speech resumed after a :class:`Paused`: that pause was not the end of the turn."""
+
+
+@dataclass(frozen=True, slots=True)
+class AskTurn:
+    """Has the speaker finished? The end of the speech (to ``upto``) for the end-of-turn
+    model; the answer goes to ``Session.on_turn_probability`` with ``speech_end``."""
+
+    audio: np.ndarray
+    upto: int
+    speech_end: int
+
+
+@dataclass(frozen=True, slots=True)
 class Turn:
     audio: np.ndarray
     """PCM16 at the input rate, from ``audio_start`` to the end of speech plus a short
     tail (at most ``audio_end``): what there is to recognise."""
     audio_start: int
     audio_end: int
+    heard_end: int
+    """Where ``audio`` ends (a :class:`Paused` with the same span has the same audio)."""
 
 
-Signal = Started | Stopped | Pause | Resume | Interrupt | Turn
+Signal = Started | Stopped | Pause | Resume | Interrupt | Turn | Partial | Paused | Continued | AskTurn

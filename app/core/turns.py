@@ -1,8 +1,11 @@
 """When the user's turn is over: the turn-detection policy that ``turn_detection.type`` chooses.
 
 A :class:`TurnDetector` is asked, at each window of silence after speech, whether
-the turn has ended. ``server_vad`` ends it after a fixed silence window; another
-policy (a semantic one, say) registers in :data:`DETECTORS` under its type name.
+the turn has ended. ``server_vad`` ends it after a fixed silence window;
+``semantic_vad`` (:mod:`duplex.app.core.semantic`) weighs an end-of-turn model's
+answer and the transcript of the speech so far. The detector is sans-I/O: it asks
+for the model's answer (:meth:`TurnDetector.ask`) and is told it, and the
+transcript, when they arrive.
 """
 
 from __future__ import annotations
@@ -10,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
+from duplex.app.core.ears import Ears
+from duplex.app.core.semantic import SemanticTurns
 from duplex.app.core.settings import TurnDetection
 from duplex.app.core.units import ms_to_samples
 
@@ -20,6 +25,19 @@ class TurnDetector(Protocol):
     def ended(self, speech_end: int, now: int) -> int | None:
         """At input sample ``now``, with the last speech ending at ``speech_end``:
         the input sample where the turn ended, or None to keep listening."""
+        ...
+
+    def ask(self, speech_end: int, now: int) -> int | None:
+        """The input sample up to which the end-of-turn model should hear the speech
+        now (at most once per pause), or None."""
+        ...
+
+    def answered(self, speech_end: int, probability: float) -> None:
+        """The model's P(complete) for the speech that ended at ``speech_end``."""
+        ...
+
+    def heard(self, speech_end: int, text: str) -> None:
+        """The transcript of the turn as it stood when the speech ended at ``speech_end``."""
         ...
 
 
@@ -35,12 +53,23 @@ class SilenceWindow:
             return speech_end + ms_to_samples(self.silence_ms, self.rate)
         return None
 
+    def ask(self, speech_end: int, now: int) -> int | None:
+        return None
 
-DETECTORS: dict[str, Callable[[TurnDetection, int], TurnDetector]] = {
-    "server_vad": lambda td, rate: SilenceWindow(td.silence_duration_ms, rate),
+    def answered(self, speech_end: int, probability: float) -> None:
+        pass
+
+    def heard(self, speech_end: int, text: str) -> None:
+        pass
+
+
+DETECTORS: dict[str, Callable[[TurnDetection, int, Ears], TurnDetector]] = {
+    "server_vad": lambda td, rate, ears: SilenceWindow(td.silence_duration_ms, rate),
+    "semantic_vad": lambda td, rate, ears: SemanticTurns(td.eagerness, rate, ears),
 }
+"""Detector factories by type: (settings, input rate, what the backends can do)."""
 
 
-def turn_detector(td: TurnDetection, rate: int) -> TurnDetector:
+def turn_detector(td: TurnDetection, rate: int, ears: Ears) -> TurnDetector:
     """The detector for ``td.type`` at input ``rate``."""
-    return DETECTORS[td.type](td, rate)
+    return DETECTORS[td.type](td, rate, ears)

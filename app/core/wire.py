@@ -155,8 +155,17 @@ def response_object(r: ResponseView, beta: bool = False) -> dict[str, Any]:
     return out
 
 
+_SERVER_VAD_ONLY = ("threshold", "prefix_padding_ms", "silence_duration_ms")
+
+
 def _turn_object(td: TurnDetection | None) -> dict[str, Any] | None:
-    return None if td is None else asdict(td)
+    """The fields of the chosen type (and the extensions), not the other type's."""
+    if td is None:
+        return None
+    obj = asdict(td)
+    for key in ("eagerness",) if td.type == "server_vad" else _SERVER_VAD_ONLY:
+        del obj[key]
+    return obj
 
 
 def session_object(session_id: str, s: SessionSettings, beta: bool = False) -> dict[str, Any]:

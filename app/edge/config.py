@@ -36,6 +36,12 @@ class ServerConfig:
     host: str = option(DEFAULT_HOST, "address to bind")
     port: int = option(DEFAULT_PORT, "port")
     voice: str = option("alloy", "default voice (an OpenAI voice name such as alloy, or an eSpeak NG voice)")
+    turn_detection: str = option(
+        "semantic_vad",
+        "how a new session hears the end of a turn: semantic_vad (an end-of-turn model and the transcript) "
+        "or server_vad (a fixed silence); a client may choose per session",
+        choices=("semantic_vad", "server_vad"),
+    )
     max_sessions: int = option(200, "sessions at once; more are refused with 503")
     max_message_bytes: int = option(
         2 * 1024 * 1024, "largest client message; a larger one closes the session (1009) before it is buffered"

@@ -15,23 +15,33 @@ import contextlib
 import logging
 import math
 import uuid
-from collections.abc import Iterable
-from typing import Protocol
+from collections.abc import Coroutine, Iterable
+from typing import Any, Protocol
 
 from websockets.exceptions import ConnectionClosed
 
-from duplex.app.core.actions import Action, CancelReply, StartReply, Sync, Transcribe
+from duplex.app.core.actions import (
+    Action,
+    CancelReply,
+    DropPrepared,
+    PredictTurn,
+    PrepareReply,
+    StartReply,
+    Sync,
+    Transcribe,
+)
+from duplex.app.core.ears import Ears
 from duplex.app.core.events import Error, ServerEvent
 from duplex.app.core.protocol import ClientEvent, ProtocolError, decode_event
 from duplex.app.core.session import Output, Session
-from duplex.app.core.settings import SessionSettings
+from duplex.app.core.settings import SessionSettings, TurnDetection
 from duplex.app.core.wire import Wire
 from duplex.app.edge.config import ServerConfig
 from duplex.app.edge.fairness import FairQueue, LoopShare
 from duplex.app.edge.metrics import Metrics
+from duplex.app.edge.replying import ReplyEnded, Replying
 from duplex.app.edge.transport import GuardedConnection
 from duplex.pipeline.backends import Backends
-from duplex.pipeline.stages import ReplyStages
 from duplex.pipeline.stream import ChunkEvent
 
 log = logging.getLogger("duplex.server")
@@ -59,8 +69,10 @@ HEAR_SLICE_S = 0.1
 """Largest slice of audio heard at once (~3 VAD windows: a few ms of the event loop)."""
 
 
-class _ReplyEnded(Exception):
-    """The session ended the reply from the sink's side (a limit): stop its stages."""
+def ears_of(backends: Backends) -> Ears:
+    """What the server's listening backends can do, for the realtime core."""
+    r = backends.recognizer
+    return Ears(r is not None, bool(r is not None and r.partials), backends.turn_model is not None)
 
 
 class Connection:
@@ -75,21 +87,22 @@ class Connection:
         self.session = Session(
             "sess_" + uuid.uuid4().hex[:20],
             self.loop.time(),
-            settings=SessionSettings(voice=cfg.voice),
+            settings=SessionSettings(voice=cfg.voice, turn_detection=TurnDetection(type=cfg.turn_detection)),
             check_voice=backends.talker.check_voice,
             limits=cfg.limits,
             voice_activity=backends.voice_activity,
             backend=(backends.talker.name, backends.talker.artifact_id),
+            ears=ears_of(backends),
         )
         self.session.clock.idle_s = cfg.input_idle_s
         self.wire = Wire(self.session.id, dialect)
         self._send_lock = asyncio.Lock()
         self._progress = asyncio.Event()  # input, acks and cancels wake a paced sink
         self._parked = asyncio.Event()  # set while the sink waits on playback
-        self._asr_tasks: set[asyncio.Task[None]] = set()
+        self._hearing: set[asyncio.Task[None]] = set()  # recognitions and end-of-turn questions
+        self._partial_running = False
         self._tg: asyncio.TaskGroup | None = None
-        self.reply: ReplyStages | None = None
-        self.reply_task: asyncio.Task[None] | None = None
+        self.replies = Replying(self)
 
     async def run(self) -> None:
         """Serve the client until it disconnects; leave no task behind."""
@@ -114,8 +127,9 @@ class Connection:
             except ConnectionClosed:
                 pass
             finally:
-                for task in self._asr_tasks:  # a session that is gone needs no transcripts
+                for task in self._hearing:  # a session that is gone needs no transcripts
                     task.cancel()
+                self.replies.drop_prepared()
                 self.server.loop_share.forget(self)
                 await self.execute(self.session.on_disconnect(), sending=False)
 
@@ -133,7 +147,7 @@ class Connection:
         if audio is not None:
             await self._hear(audio)
             return True
-        self._nudge()  # acks, pause and resume all move a paced sink
+        self.nudge()  # acks, pause and resume all move a paced sink
         await self.execute(outputs)
         return activity
 
@@ -167,10 +181,10 @@ class Connection:
             await share.wait(self)
             with share.charge(self):
                 outputs = session.hear(raw[i : i + step], self.loop.time())
-            self._nudge()  # input moves a paced sink
+            self.nudge()  # input moves a paced sink
             await self.execute(outputs)
 
-    def _nudge(self) -> None:
+    def nudge(self) -> None:
         """Wake a paced sink; until it has looked again it is not settled."""
         self._progress.set()
         self._parked.clear()
@@ -179,20 +193,31 @@ class Connection:
         """Carry out a session's outputs, in order."""
         for out in outputs:
             if isinstance(out, StartReply):
-                self._start_reply(out)
+                self.replies.start(out)
             elif isinstance(out, CancelReply):
-                await self._cancel_reply(out)
+                await self.replies.cancel(out)
             elif isinstance(out, Transcribe):
-                assert self._tg is not None
-                task = self._tg.create_task(self._transcribe(out), name=f"asr:{out.item_id}")
-                self._asr_tasks.add(task)
-                task.add_done_callback(self._asr_tasks.discard)
+                if out.kind == "partial" and (self._partial_running or not self.server.recognitions.idle()):
+                    continue  # partials only use a recogniser nobody else is waiting for
+                self._spawn(self._transcribe(out), f"asr:{out.kind}:{out.item_id}")
+            elif isinstance(out, PredictTurn):
+                self._spawn(self._predict(out), "end-of-turn")
+            elif isinstance(out, PrepareReply):
+                self.replies.prepare(out)
+            elif isinstance(out, DropPrepared):
+                self.replies.drop_prepared()
             elif isinstance(out, Sync):
                 await self._settle()
                 if sending:
                     await self.send(self.session.synced(out.event_id))
             elif sending:
                 await self.send([out])
+
+    def _spawn(self, job: Coroutine[Any, Any, None], name: str) -> None:
+        assert self._tg is not None
+        task = self._tg.create_task(job, name=name)
+        self._hearing.add(task)
+        task.add_done_callback(self._hearing.discard)
 
     async def send(self, events: Iterable[ServerEvent]) -> None:
         """Send a batch of events back to back: nothing else interleaves with it."""
@@ -226,10 +251,11 @@ class Connection:
         """Wait until nothing more follows from what has been received: recognitions
         done, and the reply (if any) finished or waiting on the client's playback."""
         while True:
-            if self._asr_tasks:
-                await asyncio.wait(set(self._asr_tasks))
+            if self._hearing:
+                await asyncio.wait(set(self._hearing))
                 continue
-            task = self.reply_task
+            run = self.replies.current
+            task = run.task if run is not None else None
             if task is not None and not task.done() and not self._parked.is_set():
                 parked = asyncio.ensure_future(self._parked.wait())
                 try:
@@ -243,67 +269,48 @@ class Connection:
         text, failure = "", None
         recognizer = self.server.backends.recognizer
         started = self.loop.time()
+        partial = action.kind == "partial"
         if recognizer is not None:
+            self._partial_running |= partial
             try:
                 # Fair across sessions: a session that floods waits its turn, not everyone else.
                 text = await self.server.recognitions.run(
-                    self, lambda: recognizer.transcribe(action.audio, action.rate)
+                    self, lambda: recognizer.transcribe(action.audio, action.rate, partial=partial)
                 )
             except Exception as exc:  # a failed recognition is heard as nothing, not a dead session
-                log.warning("recognition failed for %s: %r", action.item_id, exc, extra={"session": self.session.id})
+                if not partial:
+                    log.warning(
+                        "recognition failed for %s: %r", action.item_id, exc, extra={"session": self.session.id}
+                    )
                 failure = f"speech recognition failed: {exc}"
+            finally:
+                self._partial_running &= not partial
         took = (self.loop.time() - started) * 1000
+        outputs = self.session.on_transcript(
+            action.item_id, text, self.loop.time(), took, failure, kind=action.kind, upto=action.upto
+        )
         with contextlib.suppress(ConnectionClosed):
-            await self.execute(self.session.on_transcript(action.item_id, text, self.loop.time(), took, failure))
+            await self.execute(outputs)
+
+    async def _predict(self, action: PredictTurn) -> None:
+        model = self.server.backends.turn_model
+        if model is None:
+            return
+        try:
+            probability = await model.complete(action.audio, action.rate)
+        except Exception as exc:  # no answer: the turn detector falls back on silence
+            log.warning("end-of-turn model failed: %r", exc, extra={"session": self.session.id})
+            return
+        with contextlib.suppress(ConnectionClosed):
+            await self.execute(self.session.on_turn_probability(action.speech_end, probability, self.loop.time()))
 
     # -- replies -------------------------------------------------------------
-    def _start_reply(self, action: StartReply) -> None:
+    @property
+    def tg(self) -> asyncio.TaskGroup:
         assert self._tg is not None
-        backends = self.server.backends
-        reply = ReplyStages(
-            backends.talker if action.audio else None,
-            backends.vocoder if action.audio else None,
-            action.request,
-            epoch=action.epoch,
-            output_rate=action.output_rate,
-            queues=self.server.config.queues,
-            watermark=lambda: self.session.input_samples,
-            thinker=backends.thinker,
-            think=action.think,
-            gate=self.server.loop_share.gate(self),
-        )
-        self.reply = reply
-        self.reply_task = self._tg.create_task(self._run_reply(reply, action.response_id), name=action.response_id)
+        return self._tg
 
-    async def _run_reply(self, reply: ReplyStages, response_id: str) -> None:
-        events: list[ServerEvent] = []
-        try:
-            await reply.run(self._sink)
-        except* _ReplyEnded:
-            pass  # the session already said so (response.done): its stages stop here
-        except* ConnectionClosed:
-            pass  # the reader sees the close and cleans up
-        except* Exception as group:
-            error = group.exceptions[0]
-            log.warning("reply failed: %r", error, extra={"session": self.session.id, "response": response_id})
-            events = self.session.on_reply_failed(response_id, str(error) or type(error).__name__, self.loop.time())
-        else:
-            events = self.session.on_reply_finished(response_id, self.loop.time(), reply.stats.timings_ms())
-        finally:
-            reply.retire()
-            m = self.server.metrics
-            m.inc("duplex_stale_events_dropped_total", reply.stats.dropped_stale)
-            m.high_water(
-                "duplex_queue_high_water_bytes",
-                reply.stats.talker_high_water_bytes + reply.stats.output_high_water_bytes,
-            )
-            m.high_water("duplex_output_queue_high_water_chunks", reply.output_queue.high_water_chunks)
-            if self.reply is reply:
-                self.reply = None
-        with contextlib.suppress(ConnectionClosed):
-            await self.send(events)
-
-    async def _sink(self, event: ChunkEvent) -> None:
+    async def sink(self, event: ChunkEvent) -> None:
         """Release one chunk when pacing allows, as audio and transcript deltas; stop the
         reply's stages when the session has ended it (a length limit)."""
         samples = event.payload.audio.length
@@ -319,7 +326,7 @@ class Connection:
                 self._parked.clear()
         if not self.session.replies.current(event):
             self.server.metrics.inc("duplex_stale_events_dropped_total")
-            raise _ReplyEnded
+            raise ReplyEnded
         share = self.server.loop_share  # an unpaced reply is work for the loop too: the session's share
         await share.wait(self)
         with share.charge(self):
@@ -327,15 +334,4 @@ class Connection:
         await self._write(frames)
         active = self.session.replies.active
         if active is None or active.id != event.request_id:
-            raise _ReplyEnded
-
-    async def _cancel_reply(self, action: CancelReply) -> None:
-        self.server.metrics.inc("duplex_cancels_total", reason=action.reason)
-        reply, task = self.reply, self.reply_task
-        if reply is None or task is None or reply.epoch != action.epoch:
-            return
-        reply.retire()
-        self._nudge()
-        if task is not asyncio.current_task() and not task.done():
-            task.cancel()
-            await asyncio.wait({task})
+            raise ReplyEnded

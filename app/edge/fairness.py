@@ -117,6 +117,10 @@ class FairQueue:
         self.running = 0
         self._waiting: OrderedDict[Hashable, deque[asyncio.Future[None]]] = OrderedDict()
 
+    def idle(self) -> bool:
+        """Whether a job would start now (a worker is free and nobody waits)."""
+        return self.running < self.workers and not self._waiting
+
     def pending(self, owner: Hashable) -> int:
         """Jobs of ``owner`` waiting for a slot."""
         return len(self._waiting.get(owner, ()))

@@ -19,6 +19,7 @@ from websockets.http11 import Request, Response
 from websockets.typing import Subprotocol
 
 from duplex.app.core.events import (
+    AudioDucked,
     AudioPaused,
     Error,
     ResponseDone,
@@ -135,7 +136,7 @@ class DuplexServer:
             first = (event.response.timings or {}).get("first_audio")
             if first is not None:
                 m.observe("duplex_first_audio_seconds", first / 1000)
-        elif isinstance(event, AudioPaused):
+        elif isinstance(event, AudioPaused | AudioDucked):
             m.observe("duplex_barge_in_pause_seconds", event.detected_after_ms / 1000)
         elif isinstance(event, TranscriptionCompleted) and event.recognition_ms is not None:
             m.observe("duplex_recognition_seconds", event.recognition_ms / 1000)  # queue + decode

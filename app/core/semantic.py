@@ -1,0 +1,216 @@
+"""``semantic_vad``: end the turn when the speaker sounds finished, not after a fixed silence.
+
+Once speech has paused for :data:`ASK_MS`, the end-of-turn model hears the end of
+the turn and says how likely it is complete, and the recogniser transcribes the
+turn as it stands (both off the event loop; their answers come back here). The
+silence the turn then needs depends on both:
+
+* the model is sure and the words do not hang (no trailing "and", "to the", ",")
+  -> the turn ends at once (~0.2-0.3 s after the speech);
+* the model leans to complete -> a little more silence (``settle_ms``);
+* otherwise, or the words hang -> ``max_ms`` of silence.
+
+The model alone is not enough: run as Pipecat runs it (P > 0.5 after 0.2 s), it
+ends turns inside most 250-450 ms mid-sentence pauses of natural speech. So a
+quick end needs a high probability and words that do not hang, and a mid-sentence
+pause that fools the model still has to outlast ``settle_ms``. ``eagerness`` sets
+the trade (``auto`` is ``medium``). With no model, the transcript and the silence
+decide; with no recogniser, the model and the silence.
+
+The turn ends at ``speech_end + required silence`` on the input clock, whenever the
+answers arrived: the same audio gives the same turn boundaries.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from duplex.app.core.ears import Ears
+from duplex.app.core.units import ms_to_samples
+
+ASK_MS = 200
+"""Silence after speech before the end-of-turn model is asked."""
+
+
+@dataclass(frozen=True, slots=True)
+class Eagerness:
+    """How readily a pause ends the turn."""
+
+    sure: float
+    """P(complete) that ends the turn at once (unless the words hang)."""
+    likely: float
+    """P(complete) that ends it after ``settle_ms``."""
+    settle_ms: int
+    max_ms: int
+    """Silence that ends any turn."""
+
+
+EAGERNESS = {
+    "low": Eagerness(sure=0.97, likely=0.7, settle_ms=1000, max_ms=2500),
+    "medium": Eagerness(sure=0.9, likely=0.5, settle_ms=700, max_ms=1500),
+    "high": Eagerness(sure=0.6, likely=0.3, settle_ms=400, max_ms=800),
+}
+EAGERNESS["auto"] = EAGERNESS["medium"]
+
+# Words a finished English sentence rarely ends on: the speaker is mid-phrase.
+_HANGING = frozenset(
+    [
+        "a",
+        "an",
+        "the",
+        "and",
+        "or",
+        "but",
+        "so",
+        "because",
+        "if",
+        "than",
+        "then",
+        "that",
+        "which",
+        "who",
+        "whose",
+        "whom",
+        "to",
+        "of",
+        "in",
+        "on",
+        "at",
+        "by",
+        "for",
+        "from",
+        "with",
+        "about",
+        "into",
+        "onto",
+        "over",
+        "under",
+        "after",
+        "before",
+        "until",
+        "while",
+        "as",
+        "like",
+        "my",
+        "your",
+        "his",
+        "her",
+        "its",
+        "our",
+        "their",
+        "this",
+        "these",
+        "those",
+        "some",
+        "any",
+        "each",
+        "every",
+        "no",
+        "not",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "been",
+        "being",
+        "am",
+        "do",
+        "does",
+        "did",
+        "have",
+        "has",
+        "had",
+        "can",
+        "could",
+        "will",
+        "would",
+        "shall",
+        "should",
+        "may",
+        "might",
+        "must",
+        "i",
+        "we",
+        "you",
+        "he",
+        "she",
+        "they",
+        "it's",
+        "i'm",
+        "um",
+        "uh",
+        "er",
+        "hmm",
+        "let's",
+        "very",
+        "really",
+        "just",
+        "also",
+        "maybe",
+    ]
+)
+_WORD = re.compile(r"[a-z']+")
+
+
+def words_hang(text: str) -> bool:
+    """Whether a transcript stops mid-phrase: on a comma or dash, or on a word that
+    needs more after it ("to", "the", "and", "um")."""
+    t = text.strip().lower()
+    if not t:
+        return False
+    if t[-1] in ",;:-–—" or t.endswith("..."):
+        return True
+    words = _WORD.findall(t)
+    return bool(words) and t[-1] not in ".?!" and words[-1] in _HANGING
+
+
+class SemanticTurns:
+    """The ``semantic_vad`` policy for one listener."""
+
+    def __init__(self, eagerness: str, rate: int, ears: Ears) -> None:
+        self.e = EAGERNESS[eagerness]
+        self.rate = rate
+        self.ears = ears
+        self._key: int | None = None  # the speech_end the answers below are about
+        self._probability: float | None = None
+        self._text: str | None = None
+        self._asked: int | None = None  # the speech_end the model was last asked about
+
+    def _about(self, speech_end: int) -> None:
+        if self._key != speech_end:
+            self._key, self._probability, self._text = speech_end, None, None
+
+    def required_ms(self) -> int:
+        """Silence the current pause needs, given what is known of it so far."""
+        e, p, text = self.e, self._probability, self._text
+        if (self.ears.turn_model and p is None) or (self.ears.transcripts and text is None):
+            return e.max_ms  # not everything has answered yet: ask again when it has
+        if text is not None and words_hang(text):
+            return e.max_ms
+        if p is None:  # no model: finished-sounding words still wait a little
+            return e.settle_ms
+        if p >= e.sure:
+            return ASK_MS
+        return e.settle_ms if p >= e.likely else e.max_ms
+
+    def ended(self, speech_end: int, now: int) -> int | None:
+        self._about(speech_end)
+        end = speech_end + ms_to_samples(self.required_ms(), self.rate)
+        return end if now >= end else None
+
+    def ask(self, speech_end: int, now: int) -> int | None:
+        upto = speech_end + ms_to_samples(ASK_MS, self.rate)
+        if not self.ears.turn_model or now < upto or self._asked == speech_end:
+            return None
+        self._asked = speech_end
+        return upto
+
+    def answered(self, speech_end: int, probability: float) -> None:
+        self._about(speech_end)
+        self._probability = probability
+
+    def heard(self, speech_end: int, text: str) -> None:
+        self._about(speech_end)
+        self._text = text

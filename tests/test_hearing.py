@@ -1,0 +1,293 @@
+"""Hearing, sans I/O: semantic end of turn, partial and candidate transcripts, replies
+prepared before the turn is confirmed, and speech over a reply judged by its words
+and its level. Driven by a scripted voice-activity model (see test_listening.py) and
+answers handed in as the edge would hand them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from duplex.app.core.actions import PredictTurn, PrepareReply, StartReply, Transcribe
+from duplex.app.core.bargein import BargeState, says_something
+from duplex.app.core.ears import Ears
+from duplex.app.core.events import (
+    AudioDucked,
+    AudioResumed,
+    BufferCommitted,
+    TranscriptionCompleted,
+    TranscriptionDelta,
+)
+from duplex.app.core.listening import Listener
+from duplex.app.core.semantic import ASK_MS, EAGERNESS, SemanticTurns, words_hang
+from duplex.app.core.session import Session
+from duplex.app.core.settings import SessionSettings, TurnDetection
+from duplex.app.core.signals import (
+    AskTurn,
+    Continued,
+    Interrupt,
+    Partial,
+    Pause,
+    Paused,
+    Resume,
+    Started,
+    Stopped,
+    Turn,
+)
+from duplex.app.core.transcripts import Transcripts
+from tests.test_listening import RATE, WINDOW, Script
+
+HEARS_ALL = Ears(transcripts=True, partials=True, turn_model=True)
+SEMANTIC = TurnDetection(type="semantic_vad", threshold=0.5, prefix_padding_ms=0, min_speech_ms=150)
+LOUD = np.full(WINDOW, 3000, np.int16)  # -21 dBFS
+QUIET = np.full(WINDOW, 300, np.int16)  # -41 dBFS
+
+
+def ms(n: int) -> int:
+    return n * RATE // 1000
+
+
+def feed(ears: Listener, n: int, *, pcm: np.ndarray = LOUD, replying: bool = False) -> list:
+    out = []
+    for _ in range(n):
+        out += ears.push(pcm, replying=replying)
+    return out
+
+
+def of(kind: type, signals: list) -> list:
+    return [s for s in signals if isinstance(s, kind)]
+
+
+# -- the semantic decision ---------------------------------------------------------
+def test_words_that_hang_wait_for_more():
+    for text in ("I'd like to book a table for", "I went to the", "so,", "and then um", "Well..."):
+        assert words_hang(text), text
+    for text in ("Book a table for four.", "What time is it?", "Thanks", "I like it", ""):
+        assert not words_hang(text), text
+
+
+@pytest.mark.parametrize(
+    ("p", "text", "silence_ms"),
+    [
+        (0.95, "Tell me a joke.", ASK_MS),  # sure, and the words are whole: at once
+        (0.95, "I would like to", EAGERNESS["medium"].max_ms),  # sure, but the words hang
+        (0.6, "Tell me a joke.", EAGERNESS["medium"].settle_ms),  # leaning to complete
+        (0.2, "Tell me a joke.", EAGERNESS["medium"].max_ms),  # the model says it goes on
+    ],
+)
+def test_semantic_turn_ends_by_probability_and_words(p, text, silence_ms):
+    turns = SemanticTurns("medium", RATE, HEARS_ALL)
+    speech_end = ms(3000)
+    assert turns.ask(speech_end, speech_end + ms(ASK_MS) - 1) is None
+    assert turns.ask(speech_end, speech_end + ms(ASK_MS)) == speech_end + ms(ASK_MS)
+    assert turns.ask(speech_end, speech_end + ms(ASK_MS) + 1) is None, "asked once per pause"
+    late = speech_end + ms(300)
+    assert turns.ended(speech_end, late) is None, "nothing decides before both answers are in"
+    turns.answered(speech_end, p)
+    assert turns.ended(speech_end, late) is None
+    turns.heard(speech_end, text)
+    end = speech_end + ms(silence_ms)
+    # The end is placed on the input clock whenever the answers came: the same audio, the same turn.
+    assert turns.ended(speech_end, max(late, end)) == end
+    if end > late:
+        assert turns.ended(speech_end, end - 1) is None
+
+
+def test_eagerness_orders_the_waits_and_answers_about_an_older_pause_are_ignored():
+    waits = [EAGERNESS[e] for e in ("low", "medium", "high")]
+    assert [w.max_ms for w in waits] == sorted((w.max_ms for w in waits), reverse=True)
+    assert [w.sure for w in waits] == sorted((w.sure for w in waits), reverse=True)
+    turns = SemanticTurns("high", RATE, HEARS_ALL)
+    turns.answered(ms(1000), 0.99)
+    turns.heard(ms(1000), "Done.")
+    assert turns.ended(ms(2000), ms(2000) + ms(ASK_MS)) is None, "the speech went on since that answer"
+
+
+def test_without_a_model_the_words_and_the_silence_decide():
+    turns = SemanticTurns("medium", RATE, Ears(transcripts=True))
+    assert turns.ask(0, ms(1000)) is None
+    turns.heard(0, "What time is it?")
+    assert turns.ended(0, ms(EAGERNESS["medium"].settle_ms)) == ms(EAGERNESS["medium"].settle_ms)
+
+
+# -- the listener: what it asks for while the user speaks and pauses -------------------
+def test_partials_while_speaking_a_candidate_and_a_question_at_the_pause_then_the_turn():
+    ears = Listener(Script([0.9] * 40 + [0.0] * 100), RATE, SEMANTIC, floor_dbfs=float("-inf"), ears=HEARS_ALL)
+    out = feed(ears, 40)
+    partials = of(Partial, out)
+    assert len(partials) == 40 * WINDOW // ms(400), "one partial per 400 ms of speech"
+    assert all(p.audio.size == p.upto for p in partials), "each hears the speech from its start"
+    out = feed(ears, 8)  # 256 ms of silence
+    [paused] = of(Paused, out)
+    [ask] = of(AskTurn, out)
+    speech_end = 40 * WINDOW
+    assert (paused.speech_end, paused.upto) == (speech_end, speech_end + ms(150))
+    assert paused.audio.size == paused.upto - paused.start
+    assert (ask.speech_end, ask.upto) == (speech_end, speech_end + ms(ASK_MS))
+    assert not of(Turn, out) and not of(Partial, out), "no partials in a pause"
+    assert ears.answered(speech_end, 0.97) == [], "the transcript is not in yet"
+    out = ears.heard(speech_end, "What is the weather like today?")
+    [stopped] = of(Stopped, out)
+    [turn] = of(Turn, out)
+    assert stopped.audio_end == speech_end + ms(ASK_MS)
+    assert (turn.audio_start, turn.heard_end) == (paused.start, paused.upto), "the candidate's audio exactly"
+
+
+def test_speech_after_a_pause_voids_it():
+    probs = [0.9] * 20 + [0.0] * 10 + [0.9] * 20 + [0.0] * 100
+    ears = Listener(Script(probs), RATE, SEMANTIC, floor_dbfs=float("-inf"), ears=HEARS_ALL)
+    out = feed(ears, 30)
+    assert of(Paused, out) and not of(Continued, out)
+    out = feed(ears, 1)
+    assert of(Continued, out) == [Continued()]
+    out = feed(ears, 30)
+    assert of(Paused, out)[0].speech_end == 50 * WINDOW, "the next pause gets its own candidate"
+
+
+# -- speech over a reply ---------------------------------------------------------------
+def over_reply(probs: list[float], td: TurnDetection = SEMANTIC) -> Listener:
+    return Listener(Script(probs), RATE, td, floor_dbfs=float("-inf"), ears=HEARS_ALL)
+
+
+def test_a_backchannel_ducks_the_reply_and_resumes_it_once_its_words_are_known():
+    ears = over_reply([0.9] * 12 + [0.0] * 200)
+    out = feed(ears, 12, replying=True)
+    assert of(Pause, out) == [Pause(0)], "ducked at the onset"
+    out = feed(ears, 6, replying=True)  # 192 ms of silence: a candidate is asked for
+    assert of(Paused, out) and not of(Resume, out)
+    out = ears.heard(12 * WINDOW, "Mhm, okay.")
+    assert of(Resume, out) == [Resume()] and not of(Turn, out), "resumed at once; not a turn"
+    assert of(Stopped, out)[0].audio_end < 12 * WINDOW + ms(SEMANTIC.silence_duration_ms)
+    # A partial that already said so: resumed as soon as the speech pauses.
+    ears = over_reply([0.9] * 12 + [0.0] * 200)
+    feed(ears, 12, replying=True)
+    assert ears.hearing("Mhm.") == []
+    out = feed(ears, 5, replying=True)
+    assert of(Resume, out) == [Resume()] and of(Stopped, out)[0].audio_end == 12 * WINDOW + 5 * WINDOW
+
+
+def test_words_over_a_reply_interrupt_it_at_the_onset():
+    ears = over_reply([0.1] * 5 + [0.9] * 30 + [0.0] * 100)
+    feed(ears, 20, replying=True)
+    assert ears.barge_in.state is BargeState.PAUSED
+    assert ears.hearing("Wait, what about") == [Interrupt(5 * WINDOW)]
+    assert ears.barge_in.state is BargeState.INTERRUPTED
+
+
+def test_quiet_speech_over_a_reply_never_interrupts_it_and_then_no_longer_ducks_it():
+    ears = over_reply([0.9] * 200 + [0.0] * 10 + [0.9] * 40)
+    ears.levels.user_db = -21.0  # the user's turns came in at -21 dBFS; this is 20 dB below
+    out = feed(ears, 10, pcm=QUIET, replying=True)
+    assert ears.levels.onset_allowed(-41.0, 0, replying=True) is False
+    assert not of(Started, out), "too far below the user's level to start speech over a reply"
+    ears.levels.user_db = -32.0  # a quieter user: the sound may start speech, but is judged
+    out = feed(ears, 30, pcm=QUIET, replying=True)
+    assert of(Pause, out) == [Pause(10 * WINDOW)]
+    assert ears.hearing("and the news at nine") == [], "words, but not at the user's level"
+    out = feed(ears, 30, pcm=QUIET, replying=True)  # speech that says nothing of its own for 1.5 s
+    assert of(Resume, out) and of(Stopped, out) and not of(Interrupt, out) and not of(Turn, out)
+    # The noise's level now bars new onsets below its level + 6 dB; the user's own voice starts afresh.
+    out = feed(ears, 10, pcm=QUIET, replying=True)
+    assert not of(Started, out)
+    out = feed(ears, 40, pcm=LOUD, replying=True)
+    [started] = of(Started, out)
+    assert started.onset == 80 * WINDOW, "the onset is the user's, not the noise's"
+
+
+def test_with_no_recogniser_length_still_decides():
+    ears = Listener(Script([0.9] * 40 + [0.0] * 40), RATE, SEMANTIC, floor_dbfs=float("-inf"))
+    out = feed(ears, 80, replying=True)
+    assert of(Interrupt, out) == [Interrupt(0)], "800 ms of speech over a reply takes the turn"
+
+
+def test_says_something():
+    assert not says_something("Mhm. Okay, yeah. Uh huh, I see.")
+    assert says_something("Okay, but what about Tuesday?")
+
+
+# -- transcripts -----------------------------------------------------------------------
+def test_partial_deltas_send_only_words_two_partials_agree_on_and_never_take_one_back():
+    t = Transcripts()
+    assert t.partial("i", "What is") == ""
+    assert t.partial("i", "What is the") == "What is"
+    assert t.partial("i", "What is the weather") == " the"
+    assert t.partial("i", "What is a whether") == "", "a changed word is not sent, nor taken back"
+    assert t.partial("i", "What is the weather like") == ""
+    assert t.partial("i", "What is the weather like today") == " weather like"
+
+
+# -- the session: candidate reuse and the prepared reply ---------------------------------
+def session(td: TurnDetection = SEMANTIC, probs: list[float] | None = None) -> Session:
+    vad = Script(probs if probs is not None else [0.9] * 40 + [0.0] * 400)
+    settings = SessionSettings(input_rate=RATE, turn_detection=td)
+    return Session("sess_test", 0.0, settings=settings, voice_activity=vad, ears=HEARS_ALL)
+
+
+def hear(s: Session, n: int) -> list:
+    out = []
+    for _ in range(n):
+        out += s.hear(LOUD.tobytes(), 0.0)
+    return out
+
+
+def test_the_turn_takes_its_candidate_and_starts_the_reply_it_prepared():
+    s = session()
+    out = hear(s, 40)
+    partials = [a for a in out if isinstance(a, Transcribe) and a.kind == "partial"]
+    assert partials
+    item = partials[0].item_id
+    out = s.on_transcript(item, "Tell me", 0.0, kind="partial", upto=partials[0].upto)
+    out += s.on_transcript(item, "Tell me a", 0.0, kind="partial", upto=partials[1].upto)
+    assert [e.delta for e in out if isinstance(e, TranscriptionDelta)] == ["Tell me"]
+    out = hear(s, 8)
+    [candidate] = [a for a in out if isinstance(a, Transcribe) and a.kind == "candidate"]
+    [question] = [a for a in out if isinstance(a, PredictTurn)]
+    out = s.on_transcript(item, "Tell me a joke.", 0.0, 95.0, kind="candidate", upto=candidate.upto)
+    [prepared] = [a for a in out if isinstance(a, PrepareReply)]
+    assert prepared.think.messages[-1] == {"role": "user", "content": "Tell me a joke."}
+    assert not [e for e in out if isinstance(e, BufferCommitted)], "the model has not answered yet"
+    out = s.on_turn_probability(question.speech_end, 0.98, 0.0)
+    kinds = [type(e) for e in out]
+    assert BufferCommitted in kinds and TranscriptionCompleted in kinds
+    assert not [a for a in out if isinstance(a, Transcribe)], "the turn is not transcribed again"
+    [done] = [e for e in out if isinstance(e, TranscriptionCompleted)]
+    assert done.transcript == "Tell me a joke." and done.recognition_ms == 0.0
+    [start] = [a for a in out if isinstance(a, StartReply)]
+    assert start.think.messages == prepared.think.messages, "what was prepared is what is asked for"
+    assert replace(prepared.request, request_id=start.request.request_id) == start.request
+
+
+def test_a_turn_that_ends_before_its_candidate_comes_waits_for_it():
+    s = session(replace(SEMANTIC, type="server_vad", silence_duration_ms=300))
+    out = hear(s, 40 + 8)
+    [candidate] = [a for a in out if isinstance(a, Transcribe) and a.kind == "candidate"]
+    out = hear(s, 5)  # the silence window ends the turn; the candidate is still being decoded
+    assert [e for e in out if isinstance(e, BufferCommitted)]
+    assert not [a for a in out if isinstance(a, Transcribe)], "it waits for the candidate"
+    out = s.on_transcript(candidate.item_id, "Hello there.", 0.2, kind="candidate", upto=candidate.upto)
+    [done] = [e for e in out if isinstance(e, TranscriptionCompleted)]
+    assert done.transcript == "Hello there." and done.recognition_ms == pytest.approx(200.0)
+    assert [a for a in out if isinstance(a, StartReply)]
+
+
+def test_a_duck_and_a_resume_reach_the_wire_for_a_backchannel():
+    probs = [0.9] * 40 + [0.0] * 40 + [0.9] * 12 + [0.0] * 200
+    s = session(probs=probs)
+    out = hear(s, 48)
+    [candidate] = [a for a in out if isinstance(a, Transcribe) and a.kind == "candidate"]
+    [question] = [a for a in out if isinstance(a, PredictTurn)]
+    s.on_transcript(candidate.item_id, "Tell me a story.", 0.0, kind="candidate", upto=candidate.upto)
+    out = s.on_turn_probability(question.speech_end, 0.98, 0.0)
+    [start] = [a for a in out if isinstance(a, StartReply)]
+    s.replies.heard.first_audio = 0.0  # type: ignore[union-attr]  # the reply is playing
+    out = hear(s, 32 + 12)
+    ducks = [e for e in out if isinstance(e, AudioDucked)]
+    assert ducks and ducks[0].ref.response_id == start.response_id
+    out = hear(s, 6)
+    [candidate] = [a for a in out if isinstance(a, Transcribe) and a.kind == "candidate"]
+    out = s.on_transcript(candidate.item_id, "Mhm.", 0.0, kind="candidate", upto=candidate.upto)
+    assert [type(e) for e in out if isinstance(e, AudioResumed)] == [AudioResumed]
+    assert s.replies.active is not None and s.replies.active.id == start.response_id, "not cancelled"
