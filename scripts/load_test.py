@@ -2,7 +2,9 @@
 
 Starts ``duplex serve`` in its own process and runs N simulated clients paced at
 real time, each looping a conversation: ask a question, listen to the reply, talk
-over it after a second, listen to the answer to that. Prints errors, lost and
+over it after a second, listen to the answer to that. The speech is the natural-voice
+set's (tests/voices: Kokoro, Piper and human turns), and "speech end" is where the
+corpus marks the end of the words, not of the clip. Prints errors, lost and
 stale audio, latency percentiles, and the server's RSS and task count before,
 at peak, and after the clients have gone.
 
@@ -21,23 +23,26 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import websockets
 
 from duplex.app.clients.simulated import SimulatedClient
-from duplex.app.clients.sounds import speech, trim
 from duplex.app.harness.procs import cpu_seconds, descendants, rss_kib
 from duplex.app.harness.servers import ServerProcess
 from duplex.app.harness.stats import median, pct
-from duplex.pipeline.talkers.espeak import EspeakTalker
+from duplex.app.harness.voices import load_corpus, variant
 
-QUESTIONS = [
-    "hello how are you today",
-    "the weather is nice and sunny",
-    "please tell me a story about a dog",
-    "can you hear me",
-    "turn on the lights in the kitchen",
-]
-INTERRUPTIONS = ["wait, please stop talking now", "hold on a second", "excuse me, I have a question"]
+Speech = tuple[np.ndarray, int, int]
+"""A clip at 24 kHz and the samples where its words begin and end."""
+
+
+def voices() -> dict[str, list[Speech]]:
+    """Questions and interruptions from the natural-voice set (every other turn each)."""
+    turns = load_corpus().turns
+    clips = [
+        (variant(c, "clean", 24000), c.speech_start * 24000 // c.rate, c.speech_end * 24000 // c.rate) for c in turns
+    ]
+    return {"questions": clips[::2], "interruptions": clips[1::2]}
 
 
 def tasks(server: ServerProcess) -> int:
@@ -65,14 +70,16 @@ def tally() -> dict[str, Any]:
     }
 
 
-async def conversation(port: int, audio: dict[str, Any], until: float, rng: random.Random, out: dict[str, Any]) -> None:
+async def conversation(
+    port: int, audio: dict[str, list[Speech]], until: float, rng: random.Random, out: dict[str, Any]
+) -> None:
     sim = await SimulatedClient.open(port, realtime=True, frame_ms=40)
     await sim.start()
     try:
         await sim.silence(rng.uniform(0.5, 6.0))  # people do not all start at once
         while time.monotonic() < until:
-            question = audio[rng.choice(QUESTIONS)]
-            end = sim.input_samples + question.size
+            question, _, words_end = rng.choice(audio["questions"])
+            end = sim.input_samples + words_end
             seen = len(sim.events)
             await sim.stream(question)
             # Listen until the reply's first audio (or give up after 15 s); only new events are looked at.
@@ -90,8 +97,9 @@ async def conversation(port: int, audio: dict[str, Any], until: float, rng: rand
             if first is not None and rng.random() < 0.5:
                 # Half the time, talk over the reply a second in.
                 await sim.silence(1.0)
-                seen, onset_wall = len(sim.events), time.monotonic()
-                await sim.stream(audio[rng.choice(INTERRUPTIONS)])  # trimmed: its sound starts at once
+                words, words_start, _ = rng.choice(audio["interruptions"])
+                seen, onset_wall = len(sim.events), time.monotonic() + words_start / 24000
+                await sim.stream(words)
                 await sim.silence(1.0)
                 out["barge_ins"] += 1
                 paused = next((r for r in sim.events[seen:] if r.event["type"] == "response.output_audio.ducked"), None)
@@ -120,8 +128,7 @@ async def main() -> None:
     ap.add_argument("--seconds", type=float, default=120.0)
     ap.add_argument("--rounds", type=int, default=1, help="rounds of --seconds; RSS and tasks are read after each")
     args = ap.parse_args()
-    talker = EspeakTalker()
-    audio = {t: trim(await speech(talker, t), 24000) for t in QUESTIONS + INTERRUPTIONS}
+    audio = voices()
     # Its log goes to a file: a pipe nobody reads would block it.
     server = ServerProcess(log=Path(tempfile.gettempdir()) / "duplex-load-server.log")
     server.start()
@@ -182,7 +189,7 @@ async def main() -> None:
     for name, key in (
         ("speech end -> first audio", "first_audio"),
         ("  of which recognition (queue + decode)", "recognition"),
-        ("barge-in onset -> pause event", "pause"),
+        ("barge-in onset -> duck event", "pause"),
     ):
         v = out[key]
         print(

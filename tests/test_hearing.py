@@ -21,7 +21,7 @@ from duplex.app.core.events import (
     TranscriptionCompleted,
     TranscriptionDelta,
 )
-from duplex.app.core.listening import Listener
+from duplex.app.core.listening import TAIL_MS, Listener
 from duplex.app.core.semantic import ASK_MS, EAGERNESS, SemanticTurns, words_hang
 from duplex.app.core.session import Session
 from duplex.app.core.settings import SessionSettings, TurnDetection
@@ -63,17 +63,29 @@ def of(kind: type, signals: list) -> list:
 
 # -- the semantic decision ---------------------------------------------------------
 def test_words_that_hang_wait_for_more():
-    for text in ("I'd like to book a table for", "I went to the", "so,", "and then um", "Well..."):
+    hanging = (
+        "I'd like to book a table for",
+        "I'd like to book a table for.",  # Whisper puts a full stop on a cut sentence too
+        "Can you remind me to?",
+        "I went to the",
+        "so,",
+        "and then um",
+        "Well...",
+        "If it's not too much trouble.",  # an opening clause with no main clause yet
+        "Let me think about it for a second.",  # holding the floor
+    )
+    for text in hanging:
         assert words_hang(text), text
-    for text in ("Book a table for four.", "What time is it?", "Thanks", "I like it", ""):
+    whole = ("Book a table for four.", "What time is it?", "Thank you.", "Who are you waiting for?", "I like it", "")
+    for text in (*whole, "When you get a chance, could you turn up the heating?"):
         assert not words_hang(text), text
 
 
 @pytest.mark.parametrize(
     ("p", "text", "silence_ms"),
     [
-        (0.95, "Tell me a joke.", ASK_MS),  # sure, and the words are whole: at once
-        (0.95, "I would like to", EAGERNESS["medium"].max_ms),  # sure, but the words hang
+        (0.98, "Tell me a joke.", ASK_MS),  # sure, and the words are whole: at once
+        (0.98, "I would like to.", EAGERNESS["medium"].max_ms),  # sure, but the words hang
         (0.6, "Tell me a joke.", EAGERNESS["medium"].settle_ms),  # leaning to complete
         (0.2, "Tell me a joke.", EAGERNESS["medium"].max_ms),  # the model says it goes on
     ],
@@ -124,7 +136,7 @@ def test_partials_while_speaking_a_candidate_and_a_question_at_the_pause_then_th
     [paused] = of(Paused, out)
     [ask] = of(AskTurn, out)
     speech_end = 40 * WINDOW
-    assert (paused.speech_end, paused.upto) == (speech_end, speech_end + ms(150))
+    assert (paused.speech_end, paused.upto) == (speech_end, speech_end + ms(TAIL_MS))
     assert paused.audio.size == paused.upto - paused.start
     assert (ask.speech_end, ask.upto) == (speech_end, speech_end + ms(ASK_MS))
     assert not of(Turn, out) and not of(Partial, out), "no partials in a pause"
@@ -164,16 +176,16 @@ def test_a_backchannel_ducks_the_reply_and_resumes_it_once_its_words_are_known()
     # A partial that already said so: resumed as soon as the speech pauses.
     ears = over_reply([0.9] * 12 + [0.0] * 200)
     feed(ears, 12, replying=True)
-    assert ears.hearing("Mhm.") == []
-    out = feed(ears, 5, replying=True)
-    assert of(Resume, out) == [Resume()] and of(Stopped, out)[0].audio_end == 12 * WINDOW + 5 * WINDOW
+    assert ears.hearing("Mhm.", 12 * WINDOW) == []
+    out = feed(ears, 4, replying=True)  # 128 ms: past the 100 ms tail
+    assert of(Resume, out) == [Resume()] and of(Stopped, out)[0].audio_end == 12 * WINDOW + 4 * WINDOW
 
 
 def test_words_over_a_reply_interrupt_it_at_the_onset():
     ears = over_reply([0.1] * 5 + [0.9] * 30 + [0.0] * 100)
     feed(ears, 20, replying=True)
     assert ears.barge_in.state is BargeState.PAUSED
-    assert ears.hearing("Wait, what about") == [Interrupt(5 * WINDOW)]
+    assert ears.hearing("Wait, what about", 20 * WINDOW) == [Interrupt(5 * WINDOW)]
     assert ears.barge_in.state is BargeState.INTERRUPTED
 
 
@@ -186,7 +198,7 @@ def test_quiet_speech_over_a_reply_never_interrupts_it_and_then_no_longer_ducks_
     ears.levels.user_db = -32.0  # a quieter user: the sound may start speech, but is judged
     out = feed(ears, 30, pcm=QUIET, replying=True)
     assert of(Pause, out) == [Pause(10 * WINDOW)]
-    assert ears.hearing("and the news at nine") == [], "words, but not at the user's level"
+    assert ears.hearing("and the news at nine", 40 * WINDOW) == [], "words, but not at the user's level"
     out = feed(ears, 30, pcm=QUIET, replying=True)  # speech that says nothing of its own for 1.5 s
     assert of(Resume, out) and of(Stopped, out) and not of(Interrupt, out) and not of(Turn, out)
     # The noise's level now bars new onsets below its level + 6 dB; the user's own voice starts afresh.
@@ -291,3 +303,40 @@ def test_a_duck_and_a_resume_reach_the_wire_for_a_backchannel():
     out = s.on_transcript(candidate.item_id, "Mhm.", 0.0, kind="candidate", upto=candidate.upto)
     assert [type(e) for e in out if isinstance(e, AudioResumed)] == [AudioResumed]
     assert s.replies.active is not None and s.replies.active.id == start.response_id, "not cancelled"
+
+
+# -- a turn under sound that never stops -------------------------------------------------
+def test_a_turn_ends_where_its_words_did_while_quieter_babble_goes_on():
+    ears = Listener(Script([0.9] * 400), RATE, SEMANTIC, floor_dbfs=float("-inf"), ears=HEARS_ALL)
+    out = feed(ears, 60)  # ~1.9 s of the user's voice (Silero would hear the babble behind it as speech too)
+    partials = of(Partial, out)
+    for i, p in enumerate(partials):
+        ears.hearing(" ".join(["word"] * (i + 1)), p.upto)  # the words grow while the user speaks
+    words_end = partials[-1].upto
+    out = []
+    while not of(AskTurn, out):  # the voice stops; babble (20 dB down, "speech" to the VAD) goes on
+        step = feed(ears, 1, pcm=QUIET)
+        for p in of(Partial, step):
+            ears.hearing(" ".join(["word"] * len(partials)), p.upto)  # no new words
+        out += step
+        assert len(out) < 100
+    [paused] = of(Paused, out)
+    [ask] = of(AskTurn, out)
+    assert paused.speech_end == words_end == ask.speech_end, "the speech ended where the words did"
+    assert ears.vad.samples - words_end >= ms(800), "two partials without new words first"
+    ears.answered(words_end, 0.98)
+    out = ears.heard(words_end, "Word word word word.")
+    [turn] = of(Turn, out)
+    assert turn.audio_end == words_end + ms(ASK_MS), "the turn ended though the babble never stopped"
+    out = feed(ears, 30, pcm=QUIET)
+    assert not of(Started, out), "the babble does not start speech of its own"
+
+
+def test_a_recogniser_that_lags_does_not_end_a_turn_the_user_is_still_speaking():
+    ears = Listener(Script([0.9] * 400), RATE, SEMANTIC, floor_dbfs=float("-inf"), ears=HEARS_ALL)
+    out = feed(ears, 20)
+    ears.hearing("I need a recipe", of(Partial, out)[-1].upto)
+    out = feed(ears, 60)  # the words stay stuck for two seconds, but the voice goes on at its level
+    for p in of(Partial, out):
+        ears.hearing("I need a recipe", p.upto)
+    assert not of(Paused, out) and not of(AskTurn, out) and not of(Stopped, out)

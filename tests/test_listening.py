@@ -13,7 +13,7 @@ import pytest
 
 from duplex.app.core.bargein import BargeIn, BargeState
 from duplex.app.core.ears import DEAF
-from duplex.app.core.listening import Listener
+from duplex.app.core.listening import TAIL_MS, Listener
 from duplex.app.core.settings import TurnDetection
 from duplex.app.core.signals import Interrupt, Pause, Resume, Started, Stopped, Turn
 from duplex.app.core.turns import SilenceWindow, turn_detector
@@ -73,8 +73,8 @@ def test_speech_starts_at_the_first_window_over_the_threshold_and_ends_after_the
     assert stopped[0].audio_end == 30 * WINDOW + 500 * RATE // 1000
     [turn] = [s for s in out if isinstance(s, Turn)]
     assert turn.audio_start == 10 * WINDOW and turn.audio_end == stopped[0].audio_end
-    # The recogniser gets the speech and a 150 ms tail, not the whole silence window.
-    assert turn.audio.size == 20 * WINDOW + 150 * RATE // 1000
+    # The recogniser gets the speech and a short tail, not the whole silence window.
+    assert turn.audio.size == 20 * WINDOW + TAIL_MS * RATE // 1000
 
 
 def test_hysteresis_keeps_a_dip_in_speech_and_a_short_pause_does_not_end_the_turn():

@@ -34,9 +34,10 @@ NOISE_MS = 1500
 BACKCHANNELS = frozenset({
     "mhm", "mm", "mmm", "hmm", "hm", "mhmm", "uh", "huh", "um", "ah", "oh", "okay", "ok", "yeah", "yes", "yep",
     "yup", "right", "sure", "alright", "all", "i", "see", "got", "it", "cool", "nice", "wow", "great", "gotcha",
-    "true", "exactly", "indeed", "interesting", "really",
+    "true", "exactly", "indeed", "interesting", "really", "no", "nope", "ma'am", "mmhmm",
 })  # fmt: skip
-"""Words a listener says to keep the speaker going ("I see" and "got it" count word by word)."""
+"""Words a listener says to keep the speaker going ("I see" and "got it" count word by word;
+a lone "no" and "ma'am" are what Whisper makes of some "mhm"s)."""
 _WORD = re.compile(r"[a-z']+")  # "uh-huh", "mm-hmm", "uh-uh": the parts are each backchannels
 
 

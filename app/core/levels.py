@@ -7,9 +7,10 @@ session learns the user's speech level from their turns, and
 
 * speech over a reply must start within :data:`ONSET_MARGIN_DB` of that level to
   duck it, and be within :data:`LOUD_MARGIN_DB` of it to interrupt it;
-* a sound judged to be noise (see :mod:`duplex.app.core.bargein`) raises the bar
-  for the next onsets to :data:`NOISE_MARGIN_DB` above its level, for a while
-  (the bar falls back by :data:`NOISE_DECAY_DB_S`).
+* a sound judged to be noise (see :mod:`duplex.app.core.bargein`), or heard going
+  on after the user's words (:mod:`duplex.app.core.stall`), raises the bar for the
+  next onsets to :data:`NOISE_MARGIN_DB` above its level, for a while (the bar falls
+  back by :data:`NOISE_DECAY_DB_S`).
 
 Before the first turn the user's level is taken to be :data:`NOMINAL_DB`.
 """
@@ -76,8 +77,8 @@ class Levels:
         if math.isfinite(level):
             self.user_db = level if self.user_db is None else (1 - _LEARN) * self.user_db + _LEARN * level
 
-    def noise(self, now: int) -> None:
-        """The current segment was judged noise at input sample ``now``."""
-        level = self.segment_db
+    def noise(self, now: int, level_db: float | None = None) -> None:
+        """Sound judged noise at input sample ``now``: the current segment, or sound at ``level_db``."""
+        level = self.segment_db if level_db is None else level_db
         if math.isfinite(level):
             self._noise_db, self._noise_at = level, now

@@ -24,6 +24,7 @@ from duplex.app.core.ears import DEAF, Ears
 from duplex.app.core.levels import Levels
 from duplex.app.core.settings import TurnDetection
 from duplex.app.core.signals import AskTurn, Continued, Partial, Paused, Resume, Signal, Started, Stopped, Turn
+from duplex.app.core.stall import Stall
 from duplex.app.core.turns import turn_detector
 from duplex.app.core.units import ms_to_samples
 from duplex.pipeline.voice_activity import VadStream, VoiceActivity
@@ -31,8 +32,8 @@ from duplex.pipeline.voice_activity import VadStream, VoiceActivity
 # How much audio to keep before a detected onset: the prefix padding plus the
 # VAD's own decision lag (a window, the resampler, a late-firing window).
 _LOOKBACK_MARGIN_MS = 500
-TAIL_MS = 150
-"""Audio kept after the end of speech for recognition (Silero already ends late)."""
+TAIL_MS = 100
+"""Audio kept after the end of speech for recognition (Silero already ends ~70 ms late)."""
 PARTIAL_EVERY_MS = 400
 """Speech between two partial transcripts."""
 HYSTERESIS = 0.15
@@ -63,6 +64,8 @@ class Listener:
         self.turns = turn_detector(td, rate, ears)
         self.barge_in = BargeIn(td, rate, words=ears.transcripts)
         self.levels = Levels(rate)
+        self.stall = Stall(rate)
+        self._stall_on = td.type == "semantic_vad" and ears.partials  # words end turns under babble
         self._chunks: list[np.ndarray] = []
         self._buffer_start = start  # input sample of self._chunks[0][0]
         self._keep = ms_to_samples(td.prefix_padding_ms + _LOOKBACK_MARGIN_MS, rate)
@@ -88,12 +91,14 @@ class Listener:
                     self._speech_end = w.end
                     out += self._start(w.start, replying)
                     self.levels.speech(w.level)
-            elif w.probability >= self.td.threshold - HYSTERESIS:
+            elif w.probability >= self.td.threshold - HYSTERESIS and not self._background(w.end, w.level):
                 if self._silent and self._paused_at == self._speech_end:
                     out.append(Continued())  # what was prepared for that pause is void
                 self._speech_end, self._silent = w.end, False
+                self.stall.resumed()
                 if w.probability >= self.td.threshold:
                     self.levels.speech(w.level)
+                    self.stall.window(w.end, w.level)
             else:
                 self._silent = True
                 out += self._silence(w.end)
@@ -108,6 +113,15 @@ class Listener:
                 out.append(Partial(self._slice(self._segment_start, self.vad.samples), self.vad.samples))
         self._trim()
         return out
+
+    def _background(self, now: int, level_db: float) -> bool:
+        """Whether a speech-like window is the sound behind the user: their words have
+        stopped (see :mod:`~duplex.app.core.stall`) and it is quieter than they were."""
+        if not self._stall_on:
+            return False
+        if self.stall.at is None and not self._silent and (stopped := self.stall.stalled(now)) is not None:
+            self._speech_end = stopped  # the turn's speech ended where its words did
+        return self.stall.background(level_db)
 
     def _silence(self, now: int) -> list[Signal]:
         """A window of silence after speech, ending at input sample ``now``."""
@@ -149,9 +163,12 @@ class Listener:
             return []
         return self.barge_in.heard(text, loud=self.levels.loud) + self.decide()
 
-    def hearing(self, text: str) -> list[Signal]:
-        """A partial transcript of the speech in progress."""
-        return self.barge_in.heard(text, loud=self.levels.loud) if self._onset is not None else []
+    def hearing(self, text: str, upto: int) -> list[Signal]:
+        """A partial transcript of the speech in progress (to input sample ``upto``)."""
+        if self._onset is None:
+            return []
+        self.stall.heard(text, upto)
+        return self.barge_in.heard(text, loud=self.levels.loud)
 
     def _paused(self, upto: int) -> list[Signal]:
         """Speech paused: the turn's audio as it would be committed, if long enough to be one."""
@@ -169,11 +186,14 @@ class Listener:
         self._partial_at = onset
         self._segment_start = max(self._buffer_start, onset - ms_to_samples(self.td.prefix_padding_ms, self.rate), 0)
         self.levels.start()
+        self.stall.start(onset)
         return [Started(onset, self._segment_start), *self.barge_in.started(onset, replying)]
 
     def _stop(self, audio_end: int, speech_end: int) -> list[Signal]:
         assert self._onset is not None
         onset, self._onset, self._silent = self._onset, None, False
+        if self.stall.at is not None:  # it ended under sound that went on: that sound is the background
+            self.levels.noise(audio_end, self.stall.since_db)
         was = self.barge_in.state
         barge = self.barge_in.stopped(onset, speech_end, loud=self.levels.loud)
         out: list[Signal] = [Stopped(audio_end, speech_end), *barge]

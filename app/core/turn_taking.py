@@ -165,7 +165,7 @@ class TurnTaking:
             delta = self.transcripts.partial(item_id, text)
             listener = self.s.intake.listener
             out: Output = [TranscriptionDelta(item_id, 0, delta)] if delta else []
-            return out + self.on_signals(listener.hearing(text), now) if listener else out
+            return out + self.on_signals(listener.hearing(text, upto), now) if listener else out
         if kind != "candidate":
             return self._transcribed(item_id, text, now, recognition_ms, failure)
         done = self.transcripts.arrived(item_id, upto, text, failure)

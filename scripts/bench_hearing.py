@@ -1,0 +1,329 @@
+"""Hearing on natural voices, at real time: turn-taking (Full-Duplex-Bench style) with
+``server_vad`` and ``semantic_vad`` side by side, and where the time goes.
+
+Every scenario is a fresh session of ``duplex serve`` (its own process: the default
+backends, echo thinker) driven by the simulated client paced at real time, with
+speech from the natural-voice set (tests/voices: Kokoro, Piper and human clips) under
+varied conditions (clean, babble and music at 10 dB SNR, phone band, -35 and
+-15 dBFS). Times are audio time at the client, from the true end (or onset) of the
+speech as the corpus marks it.
+
+* turns: a question; latency to the end of turn (speech_stopped), the transcript,
+  the reply's creation and its first audio; word errors of the live transcript.
+* pauses: a sentence with a 250-450 ms pause inside; take-over = the turn ended in it.
+* backchannels over a reply ("mhm", "okay", "I see"...): take-over = the reply was
+  cancelled; gap = how long the reply went silent (a ducked reply is not silent).
+* noise over a reply: babble or music at -40 dBFS and 10 dB below speech, 4 s.
+* interruptions: a question over a reply; stop (duck) and cancel latency from its
+  true onset, truncation error against what the client had played by then, and the
+  time from its end to the new reply's first audio.
+* turns in continuous babble (10 dB SNR): the turn must end while the babble goes on.
+
+    python scripts/bench_hearing.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from duplex.app.clients.simulated import Received, SimulatedClient
+from duplex.app.harness.servers import ServerProcess
+from duplex.app.harness.stats import pct
+from duplex.app.harness.voices import Clip, load_corpus, noise, resample, set_level, variant, wer
+
+RATE = 24000
+LEAD_S = 0.5
+CONDITIONS = ("clean", "babble10", "tel", "low", "music10", "loud")
+REPLY = (
+    "This is a reply that goes on for a while, sentence after sentence. It tells you about the weather, "
+    "the time, and many other things that you may or may not want to hear about today."
+)
+# Full-Duplex-Bench v1 (arXiv 2503.04721v3 Table III; GPT-Realtime from the benchmark's README):
+# pause TOR, backchannel TOR, smooth-turn TOR, turn latency s, interruption TOR, interruption latency s.
+ANCHORS = {
+    "Moshi": (0.985, 1.000, 0.941, 0.265, 1.000, 0.257),
+    "Gemini Live": (0.255, 0.091, 0.655, 1.301, 0.891, 1.183),
+    "GPT-Realtime": (0.010, 0.000, 1.000, 1.470, 0.970, 1.500),
+}
+
+
+@dataclass
+class Tally:
+    """What one detector's runs measured (seconds unless said)."""
+
+    eot: list[float] = field(default_factory=list)
+    transcript: list[float] = field(default_factory=list)
+    created: list[float] = field(default_factory=list)
+    first_audio: list[float] = field(default_factory=list)
+    recognition_wait: list[float] = field(default_factory=list)
+    words: list[tuple[int, int]] = field(default_factory=list)
+    answered: list[bool] = field(default_factory=list)
+    pause_takeover: list[bool] = field(default_factory=list)
+    bc_takeover: list[bool] = field(default_factory=list)
+    bc_gap: list[float] = field(default_factory=list)
+    bc_ducked: list[float] = field(default_factory=list)
+    noise_cancels: list[bool] = field(default_factory=list)
+    noise_ducked: list[float] = field(default_factory=list)
+    stop: list[float] = field(default_factory=list)
+    cancel: list[float] = field(default_factory=list)
+    truncation_error_ms: list[float] = field(default_factory=list)
+    interrupted: list[bool] = field(default_factory=list)
+    interruption_latency: list[float] = field(default_factory=list)
+    babble_eot: list[float] = field(default_factory=list)
+    babble_ended: list[bool] = field(default_factory=list)
+
+
+def at24(clip: Clip, sample: int) -> int:
+    return sample * RATE // clip.rate
+
+
+def first(events: list[Received], etype: str, after: int = 0, **match: Any) -> Received | None:
+    return next(
+        (
+            r
+            for r in events
+            if r.event["type"] == etype and r.at >= after and all(r.event.get(k) == v for k, v in match.items())
+        ),
+        None,
+    )
+
+
+async def session(url: str, td: str) -> SimulatedClient:
+    sim = await SimulatedClient.open(url, realtime=True)
+    await sim.send("session.update", session={"turn_detection": {"type": td}})
+    await sim.start()
+    return sim
+
+
+async def until(sim: SimulatedClient, done: Callable[[], bool], limit_s: float) -> None:
+    """Stream silence at real time until ``done`` (or ``limit_s`` of it)."""
+    for _ in range(int(limit_s / 0.1)):
+        if done():
+            return
+        await sim.silence(0.1)
+
+
+async def start_reply(sim: SimulatedClient) -> str:
+    """A long reply to a typed message, heard for 1.5 s; returns its response id."""
+    item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": REPLY}]}
+    await sim.send("conversation.item.create", item=item)
+    await sim.send("response.create")
+    await until(sim, lambda: bool(sim.of_type("response.output_audio.delta")), 10)
+    rid = str(sim.of_type("response.output_audio.delta")[0].event["response_id"])
+    await until(sim, lambda: sim.heard[rid].played >= 1.5 * RATE, 10)
+    return rid
+
+
+async def turn(url: str, td: str, clip: Clip, condition: str, seed: int, t: Tally) -> None:
+    sim = await session(url, td)
+    pcm = variant(clip, condition, RATE, seed=seed)
+    await sim.silence(LEAD_S)
+    await sim.stream(pcm)
+    end = int(LEAD_S * RATE) + at24(clip, clip.speech_end)
+    await until(sim, lambda: bool(sim.of_type("response.output_audio.delta")), 4)
+    ev = sim.events
+    stopped, done = (
+        first(ev, "input_audio_buffer.speech_stopped"),
+        first(ev, "conversation.item.input_audio_transcription.completed"),
+    )
+    created, audio = first(ev, "response.created"), first(ev, "response.output_audio.delta")
+    t.answered.append(audio is not None)
+    for r, into in ((stopped, t.eot), (done, t.transcript), (created, t.created), (audio, t.first_audio)):
+        if r is not None:
+            into.append((r.at - end) / RATE)
+    if stopped is not None and done is not None:
+        t.recognition_wait.append(max(0, done.at - stopped.at) / RATE)
+    if done is not None:
+        assert clip.text is not None
+        t.words.append(wer(clip.text, done.event["transcript"]))
+    await sim.stop()
+    await sim.ws.close()
+
+
+async def pause(url: str, td: str, clip: Clip, condition: str, seed: int, t: Tally) -> None:
+    sim = await session(url, td)
+    await sim.silence(LEAD_S)
+    await sim.stream(variant(clip, condition, RATE, seed=seed))
+    await sim.silence(1.5)
+    assert clip.pause_end is not None
+    resumes = (int(LEAD_S * RATE) + at24(clip, clip.pause_end)) * 1000 // RATE
+    stopped = first(sim.events, "input_audio_buffer.speech_stopped")
+    t.pause_takeover.append(stopped is not None and stopped.event["audio_end_ms"] < resumes)
+    await sim.stop()
+    await sim.ws.close()
+
+
+def _span(events: list[Received], start: str, end: str, rid: str) -> float:
+    """Seconds between each ``start`` event of ``rid`` and the next ``end`` (or the last event)."""
+    total, opened = 0, None
+    for r in events:
+        if r.event.get("response_id") != rid:
+            continue
+        if r.event["type"] == start and opened is None:
+            opened = r.at
+        elif r.event["type"] in (end, "response.done") and opened is not None:
+            total, opened = total + r.at - opened, None
+    return total / RATE
+
+
+async def over_reply(url: str, td: str, pcm: np.ndarray, t: Tally, *, kind: str) -> None:
+    sim = await session(url, td)
+    rid = await start_reply(sim)
+    at = sim.input_samples
+    await sim.stream(pcm)
+    await sim.silence(2.5)
+    ev = [r for r in sim.events if r.at >= at]
+    cancelled = any(
+        r.event["type"] == "response.done"
+        and r.event["response"]["id"] == rid
+        and r.event["response"]["status"] != "completed"
+        for r in ev
+    ) or bool(first(ev, "conversation.item.truncated"))
+    gap = _span(ev, "response.output_audio.paused", "response.output_audio.resumed", rid)
+    ducked = _span(ev, "response.output_audio.ducked", "response.output_audio.resumed", rid)
+    if kind == "backchannel":
+        t.bc_takeover.append(cancelled)
+        t.bc_gap.append(gap)
+        t.bc_ducked.append(ducked)
+    else:
+        t.noise_cancels.append(cancelled)
+        t.noise_ducked.append(ducked)
+    await sim.stop()
+    await sim.ws.close()
+
+
+async def interruption(url: str, td: str, clip: Clip, t: Tally) -> None:
+    sim = await session(url, td)
+    rid = await start_reply(sim)
+    base = sim.input_samples
+    await sim.stream(variant(clip, "clean", RATE))
+    onset, end = base + at24(clip, clip.speech_start), base + at24(clip, clip.speech_end)
+    await until(sim, lambda: len({r.event["response_id"] for r in sim.of_type("response.output_audio.delta")}) > 1, 4)
+    ev = sim.events
+    duck = first(ev, "response.output_audio.ducked", response_id=rid) or first(
+        ev, "response.output_audio.paused", response_id=rid
+    )
+    done = next((r for r in ev if r.event["type"] == "response.done" and r.event["response"]["id"] == rid), None)
+    cut = first(ev, "conversation.item.truncated")
+    new_audio = next(
+        (r for r in ev if r.event["type"] == "response.output_audio.delta" and r.event["response_id"] != rid), None
+    )
+    interrupted = done is not None and done.event["response"]["status"] == "cancelled"
+    t.interrupted.append(interrupted and new_audio is not None)
+    if duck is not None:
+        t.stop.append((duck.at - onset) / RATE)
+    if interrupted and done is not None:
+        t.cancel.append((done.at - onset) / RATE)
+    if cut is not None:
+        played = sim.played_at(rid, onset) * 1000 / RATE
+        t.truncation_error_ms.append(abs(cut.event["audio_end_ms"] - played))
+    if new_audio is not None:
+        t.interruption_latency.append((new_audio.at - end) / RATE)
+    await sim.stop()
+    await sim.ws.close()
+
+
+async def babble_turn(url: str, td: str, clip: Clip, seed: int, t: Tally) -> None:
+    sim = await session(url, td)
+    speech = set_level(resample(clip.pcm, clip.rate, RATE), -26.0, RATE)
+    lead, tail = RATE, 5 * RATE
+    bed = noise("babble", (lead + speech.size + tail) / RATE, -36.0, RATE, seed=seed).astype(np.int32)
+    bed[lead : lead + speech.size] += speech
+    await sim.stream(np.clip(bed, -32768, 32767).astype(np.int16))
+    end, babble_end = lead + at24(clip, clip.speech_end), bed.size
+    stopped = [r for r in sim.of_type("input_audio_buffer.speech_stopped") if r.at >= end]
+    ended = bool(stopped) and stopped[0].at < babble_end
+    t.babble_ended.append(ended)
+    if ended:
+        t.babble_eot.append((stopped[0].at - end) / RATE)
+    await sim.silence(0.5)
+    await sim.stop()
+    await sim.ws.close()
+
+
+def s(values: list[float], digits: int = 2) -> str:
+    if not values:
+        return "-"
+    return f"{statistics.median(values):.{digits}f} / {pct(values, 0.9):.{digits}f}"
+
+
+def rate(flags: list[bool]) -> str:
+    return f"{sum(flags) / len(flags):.3f} ({sum(flags)}/{len(flags)})" if flags else "-"
+
+
+async def run(url: str, td: str, quick: bool) -> Tally:
+    corpus, t = load_corpus(), Tally()
+    step = 2 if quick else 1
+    for i, clip in enumerate(corpus.turns[::step]):
+        await turn(url, td, clip, CONDITIONS[i % len(CONDITIONS)], i, t)
+    for i, clip in enumerate(corpus.paused):
+        for j, condition in enumerate(("clean", "babble10", "tel")[: 2 if quick else 3]):
+            await pause(url, td, clip, condition, i + j, t)
+    for clip in corpus.backchannels[::step]:
+        await over_reply(url, td, variant(clip, "clean", RATE), t, kind="backchannel")
+    for name in ("babble", "music"):
+        for level in (-40.0, -36.0):
+            await over_reply(url, td, noise(name, 4.0, level, RATE, seed=7), t, kind="noise")
+    for clip in corpus.turns[1 : 2 * 12 : 2][: 6 if quick else 12]:
+        await interruption(url, td, clip, t)
+    for i, clip in enumerate(corpus.turns[3:40:5][: 4 if quick else 8]):
+        await babble_turn(url, td, clip, i, t)
+    return t
+
+
+def report(results: dict[str, Tally]) -> None:
+    print("\nTurn-taking on natural voices, at real time (median / p90 in seconds of audio time)\n")
+    print("| system | pause TOR ↓ | backchannel TOR ↓ | turn TOR ↑ | turn latency ↓ | interruption TOR ↑ "
+          "| interruption latency ↓ | stop latency ↓ |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|")
+    for td, t in results.items():
+        print(
+            f"| **Duplex, {td}** | {rate(t.pause_takeover)} | {rate(t.bc_takeover)} | {rate(t.answered)} | "
+            f"{s(t.first_audio)} | {rate(t.interrupted)} | {s(t.interruption_latency)} | {s(t.stop, 3)} |"
+        )
+    for name, (p, b, tt, tl, i, il) in ANCHORS.items():
+        print(f"| {name} (published) | {p:.3f} | {b:.3f} | {tt:.3f} | {tl:.3f} | {i:.3f} | {il:.3f} | |")
+    print("\nWhere the time goes, from the true end of speech (median / p90, s)\n")
+    print("| detector | end of turn | transcript | reply created | first audio | recognition after the turn ends |")
+    print("|---|---|---|---|---|---|")
+    for td, t in results.items():
+        print(
+            f"| {td} | {s(t.eot)} | {s(t.transcript)} | {s(t.created)} | {s(t.first_audio)} | "
+            f"{s(t.recognition_wait)} (max {max(t.recognition_wait, default=0):.2f}) |"
+        )
+    print("\nOver a reply and under noise\n")
+    print("| detector | live WER | backchannel gap (silent) | backchannel ducked | noise cancels | noise ducked "
+          "| cancel latency | truncation error ms | babble turns ended | babble end of turn |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for td, t in results.items():
+        errors, words = sum(e for e, _ in t.words), sum(n for _, n in t.words)
+        print(
+            f"| {td} | {errors / max(1, words):.3f} | {s(t.bc_gap)} | {s(t.bc_ducked)} | {rate(t.noise_cancels)} | "
+            f"{s(t.noise_ducked)} | {s(t.cancel)} | {s(t.truncation_error_ms, 0)} | {rate(t.babble_ended)} | "
+            f"{s(t.babble_eot)} |"
+        )
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="about half the scenarios")
+    ap.add_argument("--detector", choices=("server_vad", "semantic_vad"), action="append")
+    args = ap.parse_args()
+    server = ServerProcess()
+    results: dict[str, Tally] = {}
+    with server.running():
+        for td in args.detector or ("server_vad", "semantic_vad"):
+            results[td] = await run(server.url, td, args.quick)
+            print(f"{td}: done", flush=True)
+    report(results)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,191 @@
+"""Hearing through the real server on natural voices (tests/voices): semantic_vad, the
+words as they are spoken, replies prepared before the turn is confirmed, and speech
+or noise over a reply. The simulated client replays on the input sample clock
+(faster than real time, exact through ``session.sync``); Whisper, Smart Turn and
+Silero are the real ones.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from duplex.app.clients.simulated import SimulatedClient
+from duplex.app.harness.voices import Clip, load_corpus, noise, resample, set_level, variant, wer
+
+RATE = 24000
+REPLY = " ".join(f"This is sentence number {i} of a long reply." for i in range(5))
+CORPUS = load_corpus()
+
+
+def at(clip: Clip, sample: int, lead: int = 0) -> int:
+    return lead + sample * RATE // clip.rate
+
+
+def ms(samples: int) -> int:
+    return samples * 1000 // RATE
+
+
+def metric(server, name: str, **labels: str) -> float:
+    text = server.metrics_text()
+    label = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    found = re.search(rf"^{name}{{{label}}} (\S+)$" if label else rf"^{name} (\S+)$", text, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
+@pytest.fixture
+async def semantic(make_server):
+    return await make_server(turn_detection="semantic_vad")
+
+
+async def connect(server) -> SimulatedClient:
+    return await SimulatedClient.open(server.port, keep_audio=True)
+
+
+async def start_reply(sim: SimulatedClient) -> str:
+    item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": REPLY}]}
+    await sim.send("conversation.item.create", item=item)
+    await sim.send("response.create")
+    await sim.sync()
+    return str(sim.of_type("response.created")[-1].event["response"]["id"])
+
+
+@pytest.mark.parametrize(("name", "condition"), [("turn_05_am_michael", "clean"), ("turn_13_bm_george", "babble10")])
+async def test_a_natural_turn_is_heard_as_it_is_spoken_and_answered_at_once(semantic, name, condition):
+    clip = CORPUS[name]
+    assert clip.text is not None
+    sim = await connect(semantic)
+    lead = RATE // 2
+    await sim.stream(np.concatenate([np.zeros(lead, np.int16), variant(clip, condition, RATE)]))
+    await sim.silence(6.0)
+    # The words came while the user spoke, before the turn was over.
+    deltas = sim.of_type("conversation.item.input_audio_transcription.delta")
+    stopped = sim.of_type("input_audio_buffer.speech_stopped")[0]
+    assert deltas and deltas[0].at < stopped.at
+    said = "".join(d.event["delta"] for d in deltas)
+    done = sim.of_type("conversation.item.input_audio_transcription.completed")[0].event
+    assert done["item_id"] == deltas[0].event["item_id"] == stopped.event["item_id"]
+    errors, words = wer(clip.text, done["transcript"])
+    assert errors / words <= 0.2, done["transcript"]
+    assert wer(done["transcript"], said)[0] <= 3, (said, done["transcript"])
+    # The end of the turn: well inside the 1.2 s fallback, and the transcript was ready then.
+    end = at(clip, clip.speech_end, lead)
+    assert stopped.event["audio_end_ms"] - ms(end) <= 700, (stopped.event["audio_end_ms"], ms(end))
+    assert done["recognition_ms"] < 300
+    # The reply started with the turn's end: nothing waited on recognition.
+    committed = sim.of_type("input_audio_buffer.committed")[0]
+    assert sim.of_type("response.created")[0].at == committed.at
+    reply = sim.of_type("response.done")[0].event["response"]
+    assert reply["status"] == "completed"
+    assert reply["output"][0]["content"][0]["transcript"] == done["transcript"]
+    await sim.ws.close()
+
+
+async def test_a_reply_prepared_while_the_turn_is_undecided_is_adopted_when_it_ends(semantic):
+    # Low eagerness waits longer for a turn that is only likely over: its reply is
+    # prepared meanwhile, and when the turn ends that reply is adopted, not started anew.
+    clip = CORPUS["turn_05_am_michael"]
+    sim = await connect(semantic)
+    await sim.send("session.update", session={"turn_detection": {"type": "semantic_vad", "eagerness": "low"}})
+    lead = RATE // 2
+    await sim.stream(np.concatenate([np.zeros(lead, np.int16), variant(clip, "clean", RATE)]))
+    await sim.silence(6.0)
+    assert metric(semantic, "duplex_prepared_replies_total", outcome="adopted") == 1
+    assert metric(semantic, "duplex_prepared_replies_total", outcome="dropped") == 0
+    committed = sim.of_type("input_audio_buffer.committed")
+    assert len(committed) == 1 and sim.of_type("response.created")[0].at == committed[0].at
+    first_audio = sim.of_type("response.output_audio.delta")[0]
+    assert first_audio.at == committed[0].at, "the prepared reply's audio was ready at the turn's end"
+    reply = sim.of_type("response.done")[0].event["response"]
+    assert reply["status"] == "completed"
+    await sim.ws.close()
+
+
+@pytest.mark.parametrize("name", ["paused_03_bm_george", "paused_04_af_nicole", "paused_07_am_michael"])
+async def test_a_mid_sentence_pause_is_not_taken_over_and_what_was_prepared_leaves_no_trace(semantic, name):
+    clip = CORPUS[name]
+    assert clip.text is not None and clip.pause_end is not None
+    sim = await connect(semantic)
+    lead = RATE // 2
+    await sim.stream(np.concatenate([np.zeros(lead, np.int16), variant(clip, "clean", RATE)]))
+    await sim.silence(3.0)
+    resumed = at(clip, clip.pause_end, lead)
+    stopped = sim.of_type("input_audio_buffer.speech_stopped")
+    assert stopped and stopped[0].event["audio_end_ms"] > ms(resumed), "the turn ended in the pause"
+    assert len(sim.of_type("input_audio_buffer.committed")) == 1
+    done = sim.of_type("conversation.item.input_audio_transcription.completed")[0].event
+    errors, words = wer(clip.text, done["transcript"])
+    assert errors / words <= 0.25, done["transcript"]
+    created = sim.of_type("response.created")
+    assert len(created) == 1 and created[0].at >= stopped[0].at, "nothing of a reply before the turn ended"
+    await sim.ws.close()
+
+
+@pytest.mark.parametrize("sound", ["bc_mhm_af_heart", "bc_okay_am_michael", "bc_i_see_joe", "babble", "music"])
+async def test_backchannels_and_noise_over_a_reply_duck_it_and_it_plays_on(semantic, sound):
+    sim = await connect(semantic)
+    rid = await start_reply(sim)
+    await sim.silence(1.5)
+    if sound in ("babble", "music"):
+        pcm = noise(sound, 4.0, -40.0, RATE, seed=1)  # a room with a TV on
+    else:
+        pcm = variant(CORPUS[sound], "clean", RATE)
+    await sim.stream(np.concatenate([pcm, np.zeros(RATE * 3, np.int16)]))
+    await sim.silence(12.0)
+    done = [r.event["response"] for r in sim.of_type("response.done") if r.event["response"]["id"] == rid]
+    assert done and done[0]["status"] == "completed", done
+    assert not sim.of_type("conversation.item.truncated")
+    h = sim.heard[rid]
+    assert h.dropped == 0 and h.played == h.received, "the whole reply was heard"
+    ducked, resumed = sim.of_type("response.output_audio.ducked"), sim.of_type("response.output_audio.resumed")
+    assert len(ducked) == len(resumed), "every duck was undone"
+    assert not sim.of_type("response.output_audio.paused"), "never silenced"
+    if sound.startswith("bc_"):
+        assert ducked, "the backchannel ducked the reply"
+        # Back once the words are known to be a backchannel, or (a hum Whisper hears as
+        # nothing) once the speech has been over for LATE_MS.
+        assert resumed[0].at - ducked[0].at <= RATE * 6 // 5, "and it came back within 1.2 s"
+    assert not [r for r in sim.of_type("response.created") if r.event["response"]["id"] != rid], "not a turn"
+    await sim.ws.close()
+
+
+async def test_a_natural_interruption_cancels_the_reply_at_what_was_heard(semantic):
+    clip = CORPUS["turn_07_am_michael"]
+    sim = await connect(semantic)
+    rid = await start_reply(sim)
+    await sim.silence(2.0)
+    base = sim.input_samples
+    await sim.stream(variant(clip, "clean", RATE))
+    await sim.silence(3.0)
+    onset = base + at(clip, clip.speech_start)
+    ducked = sim.of_type("response.output_audio.ducked")[0]
+    assert ducked.event["response_id"] == rid and ms(ducked.at - onset) <= 250
+    done = [r for r in sim.of_type("response.done") if r.event["response"]["id"] == rid][0]
+    assert done.event["response"]["status"] == "cancelled"
+    cut = sim.of_type("conversation.item.truncated")[0].event
+    played = ms(sim.played_at(rid, onset))
+    assert abs(cut["audio_end_ms"] - played) <= 80, (cut["audio_end_ms"], played)
+    assert sim.heard[rid].stale_bytes == 0
+    answers = [r.event["response"] for r in sim.of_type("response.done") if r.event["response"]["id"] != rid]
+    assert answers and answers[0]["status"] == "completed", "the interruption was answered"
+    await sim.ws.close()
+
+
+async def test_a_turn_spoken_in_babble_that_never_stops_still_ends(semantic):
+    clip = CORPUS["turn_00_af_heart"]
+    assert clip.text is not None
+    sim = await connect(semantic)
+    words = set_level(resample(clip.pcm, clip.rate, RATE), -26.0, RATE)
+    lead, tail = RATE, 5 * RATE
+    bed = noise("babble", (lead + words.size + tail) / RATE, -36.0, RATE, seed=2).astype(np.int32)
+    bed[lead : lead + words.size] += words  # 10 dB over babble that starts before and goes on after
+    await sim.stream(np.clip(bed, -32768, 32767).astype(np.int16))
+    stopped = sim.of_type("input_audio_buffer.speech_stopped")
+    assert stopped and stopped[0].at < bed.size, "the turn ended while the babble went on"
+    assert stopped[0].event["audio_end_ms"] - ms(at(clip, clip.speech_end, lead)) <= 1500
+    done = sim.of_type("conversation.item.input_audio_transcription.completed")[0].event
+    errors, n = wer(clip.text, done["transcript"])
+    assert errors / n <= 0.25, done["transcript"]
+    await sim.ws.close()
