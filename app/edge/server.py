@@ -94,13 +94,16 @@ class DuplexServer:
             # cut off after a second: shutdown and forced closes never wait on it.
             close_timeout=CLOSE_TIMEOUT_S,
         )
+        b = self.backends
         log.info(
-            "Duplex listening on http://%s:%d/ (realtime at ws://%s:%d%s)",
+            "Duplex listening on http://%s:%d/ (realtime at ws://%s:%d%s); voice %s, ears %s",
             cfg.host,
             self.port,
             cfg.host,
             self.port,
             REALTIME_PATH,
+            b.talker.artifact_id,
+            getattr(b.recognizer, "name", "none"),
         )
 
     async def serve_forever(self) -> None:

@@ -58,6 +58,8 @@ class _Library:
                     ctypes.c_void_p,
                 ]
                 lib.espeak_ListVoices.restype = ctypes.POINTER(ctypes.POINTER(_Voice))
+                lib.espeak_TextToPhonemes.restype = ctypes.c_char_p
+                lib.espeak_TextToPhonemes.argtypes = [ctypes.POINTER(ctypes.c_char_p), ctypes.c_int, ctypes.c_int]
                 rate = lib.espeak_Initialize(
                     _AUDIO_OUTPUT_SYNCHRONOUS, 0, espeakng_loader.get_data_path().encode(), _INITIALIZE_DONT_EXIT
                 )
@@ -68,7 +70,34 @@ class _Library:
             return cls.handle
 
 
+def phonemize(text: str, voice: str = "en-us") -> list[str]:
+    """eSpeak NG's IPA (with stress marks) for ``text``: one string per clause, its words
+    separated by spaces, the clause's punctuation kept at its end (a neural voice reads
+    them). Thread-safe: the library's lock is held, and its current voice noted."""
+    lib = _Library.open()
+    out: list[str] = []
+    with _Library.lock:
+        if voice != _Library.voice:
+            _Library.voice = None
+            if lib.espeak_SetVoiceByName(voice.encode()) != 0:
+                raise TalkerError(f"eSpeak NG has no voice {voice!r}")
+            _Library.voice = voice
+        for m in re.finditer(r"[^,.!?;:]+[,.!?;:]*", text):
+            words = m.group().rstrip(",.!?;:")
+            if not words.strip():
+                continue
+            buf = ctypes.c_char_p(words.encode())
+            clause: list[str] = []
+            while buf.value:
+                ipa = lib.espeak_TextToPhonemes(ctypes.byref(buf), _CHARS_UTF8, _PHONEMES_IPA)
+                if ipa:
+                    clause.append(ipa.decode().strip())
+            out.append(" ".join(clause) + m.group()[len(words) :][:1])
+    return out
+
+
 _AUDIO_OUTPUT_SYNCHRONOUS = 2
+_PHONEMES_IPA = 0x02
 _INITIALIZE_DONT_EXIT = 0x8000
 _POS_CHARACTER = 1
 _CHARS_UTF8 = 1
@@ -333,6 +362,7 @@ class EspeakTalker:
         """An OpenAI voice name or an eSpeak voice (optionally ``+variant``) to an eSpeak voice."""
         if not voice:
             return self.default_voice
+        voice = voice.removeprefix("espeak:")  # the name the neural voice knows it by
         return VOICE_ALIASES.get(voice, voice)
 
     def check_voice(self, voice: str) -> None:

@@ -1,0 +1,340 @@
+"""The default voice: Kokoro-82M (int8 ONNX, 24 kHz) on onnxruntime, streamed segment by segment.
+
+The model (Apache-2.0 weights, MIT ONNX export) ships split across four registry
+packages; :mod:`~duplex.pipeline.talkers.kokoro_model` joins the parts in memory and
+checks every file (the parts, the voices' style vectors and the phoneme vocabulary
+carried in ``assets/voices/kokoro``) against its pinned sha256 before use. Phonemes are eSpeak
+NG's IPA, from the library the built-in voice already loads.
+
+Kokoro makes a segment's audio in one call, so a reply streams as segments (cut by
+:mod:`~duplex.pipeline.talkers.segments`): the first few words alone (what the
+listener waits for), then segments that grow so each is made while the last plays. The
+next segment is made while the current one is handed over (one ahead: bounded
+work). Synthesis runs on a small pool of worker threads (onnxruntime releases the
+GIL), a reply's first segment jumping the queue; cancelling a reply skips its
+queued segments and terminates the run in progress. When more replies are being
+made than the CPU can make in real time (``capacity``), a new reply speaks with
+eSpeak NG instead, with a log line, so that no reply stutters.
+
+The ONNX export does not expose the model's predicted durations, so word positions
+are estimated from the phonemes (each word's share of the segment's weighted
+phoneme count); ``scripts/bench_voice.py`` measures the estimate against forced
+alignment by Whisper.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import os
+import queue
+import threading
+from collections import OrderedDict
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from dataclasses import dataclass, field, replace
+from typing import Any, cast
+
+import numpy as np
+
+from duplex.pipeline.frames import AudioBuffer
+from duplex.pipeline.talker import SpeechRequest, TalkerChunk, TalkerError, WordMark
+from duplex.pipeline.talkers import espeak
+from duplex.pipeline.talkers.kokoro_model import MODEL_SHA256, VOICES, KokoroModel
+from duplex.pipeline.talkers.segments import split_segments, trim, word_starts
+
+log = logging.getLogger("duplex.voice")
+
+RATE = 24000
+CHUNK = RATE // 10
+"""Samples per chunk handed on (100 ms): the pacing and cancel granularity."""
+NICE = 10
+"""The synthesis threads' nice value: listening comes first when the CPU is short."""
+REPLIES_KEPT = 256
+"""Replies whose voice and progress are remembered across their text segments."""
+
+
+# OpenAI's voice names map onto Kokoro voices, so unmodified Realtime clients work.
+VOICE_ALIASES = {
+    "alloy": "af_heart",
+    "marin": "af_bella",
+    "coral": "af_nicole",
+    "sage": "af_sarah",
+    "shimmer": "bf_emma",
+    "cedar": "am_michael",
+    "ash": "am_fenrir",
+    "echo": "am_puck",
+    "ballad": "bm_george",
+    "verse": "bm_fable",
+}
+ESPEAK_PREFIX = "espeak:"
+
+
+class _Cancelled(Exception):
+    """The segment's reply was cancelled."""
+
+
+@dataclass(eq=False)
+class _Job:
+    """One segment to make, and the way its audio gets back to the loop."""
+
+    text: str
+    voice: str
+    speed: float
+    loop: asyncio.AbstractEventLoop
+    first: bool
+    done: asyncio.Future[tuple[np.ndarray, list[str]]]
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    options: Any = None
+
+    def deliver(self, result: tuple[np.ndarray, list[str]] | BaseException) -> None:
+        def put() -> None:
+            if self.done.done():
+                return
+            if isinstance(result, BaseException):
+                self.done.set_exception(result)
+            else:
+                self.done.set_result(result)
+
+        try:
+            self.loop.call_soon_threadsafe(put)
+        except RuntimeError:  # the loop is gone: nobody is listening any more
+            self.cancelled.set()
+
+
+def _niced(make: Callable[[], KokoroModel], nice: int) -> KokoroModel:
+    """Build the model on a thread at ``nice``: onnxruntime's own threads start there and
+    inherit it (Linux keeps a nice value per thread), so under load the listening
+    (VAD, recognition, the event loop) is served first and a reply makes way."""
+    out: list[KokoroModel | BaseException] = []
+
+    def run() -> None:
+        try:
+            with contextlib.suppress(OSError, AttributeError):  # not Linux, or not allowed: as is
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
+            out.append(make())
+        except BaseException as exc:  # raised again on the caller's thread
+            out.append(exc)
+
+    t = threading.Thread(target=run, name="kokoro-load")
+    t.start()
+    t.join()
+    if isinstance(out[0], BaseException):
+        raise out[0]
+    return out[0]
+
+
+class KokoroRuntime:
+    """The model and its worker threads, shared by every session."""
+
+    def __init__(self, *, workers: int = 1, threads: int = 2, capacity: int = 1, nice: int = NICE) -> None:
+        import onnxruntime as ort
+
+        self._ort = ort
+        self.model = _niced(lambda: KokoroModel(threads=threads), nice)
+        self._nice = nice
+        self.capacity = capacity
+        """Replies that can be made at once in real time; more speak with eSpeak NG."""
+        self.making = 0
+        """Replies with segments still to make."""
+        self.made = 0
+        """Segments made."""
+        self.stopped = 0
+        """Segments cancelled before or while they were made."""
+        self._jobs: queue.PriorityQueue[tuple[int, int, _Job | None]] = queue.PriorityQueue()
+        self._order = itertools.count()
+        self._idle = threading.Condition()
+        self._outstanding = 0
+        self._threads = [threading.Thread(target=self._run, name=f"kokoro-{i}", daemon=True) for i in range(workers)]
+        for t in self._threads:
+            t.start()
+
+    def _run(self) -> None:
+        with contextlib.suppress(OSError, AttributeError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self._nice)
+        while (job := self._jobs.get()[2]) is not None:
+            try:
+                clauses = espeak.phonemize(job.text, "en" if job.voice.startswith("b") else "en-us")
+                job.options = self._ort.RunOptions()
+                if job.cancelled.is_set():  # (cancel sets terminate on options made from here on)
+                    raise _Cancelled
+                audio = self.model.run(self.model.tokens(clauses), job.voice, job.speed, job.options)
+                if job.cancelled.is_set():
+                    raise _Cancelled
+            except Exception as exc:  # a failed segment fails its reply, not the thread
+                if job.cancelled.is_set():
+                    self.stopped += 1
+                else:
+                    job.deliver(TalkerError(f"Kokoro: {exc}"))
+            else:
+                self.made += 1
+                job.deliver((audio, clauses))
+            finally:
+                with self._idle:
+                    self._outstanding -= 1
+                    self._idle.notify_all()
+
+    def submit(self, job: _Job) -> None:
+        with self._idle:
+            self._outstanding += 1
+        self._jobs.put((0 if job.first else 1, next(self._order), job))
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Block until every submitted segment has been made or stopped."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._outstanding == 0, timeout)
+
+    @staticmethod
+    def cancel(job: _Job) -> None:
+        job.cancelled.set()
+        if job.options is not None:
+            job.options.terminate = True  # stops the run in progress
+
+    def warm(self) -> None:
+        """One short synthesis: the first real one does not pay for set-up."""
+        self.model.run(self.model.tokens(espeak.phonemize("Hello.")), VOICES[0], 1.0)
+
+    def close(self) -> None:
+        for _ in self._threads:
+            self._jobs.put((2, next(self._order), None))
+        for t in self._threads:
+            t.join(timeout=5)
+
+
+@dataclass(slots=True)
+class _Reply:
+    """A reply's voice and how much of it has been spoken, across its text segments."""
+
+    neural: bool
+    spoken: int = 0
+
+
+class KokoroTalker:
+    """Kokoro-82M voices (24 kHz PCM16), with eSpeak NG as ``espeak:<voice>`` and as the
+    fallback when the CPU is full."""
+
+    name = "kokoro"
+    artifact_id = f"kokoro-82m-int8@{MODEL_SHA256[:12]}"
+    sample_rate = RATE
+
+    def __init__(
+        self,
+        runtime: KokoroRuntime | None = None,
+        fallback: espeak.EspeakTalker | None = None,
+        *,
+        default_voice: str = "alloy",
+    ) -> None:
+        self._own_runtime = runtime is None
+        self.runtime = runtime or KokoroRuntime()
+        self._own_fallback = fallback is None
+        self.fallback = fallback or espeak.EspeakTalker()
+        self.default_voice = default_voice
+        self.fallbacks = 0
+        """Replies spoken with eSpeak NG because the neural voice was at capacity."""
+        self._replies: OrderedDict[str, _Reply] = OrderedDict()
+        self.check_voice(default_voice)
+
+    def resolve_voice(self, voice: str | None) -> str:
+        """An OpenAI voice name, a Kokoro voice, or ``espeak:<voice>`` (returned as is)."""
+        voice = voice or self.default_voice
+        return VOICE_ALIASES.get(voice, voice)
+
+    def check_voice(self, voice: str) -> None:
+        """Raise ValueError if ``voice`` is neither a Kokoro voice nor an eSpeak NG one."""
+        resolved = self.resolve_voice(voice)
+        if resolved.startswith(ESPEAK_PREFIX):
+            self.fallback.check_voice(resolved.removeprefix(ESPEAK_PREFIX))
+        elif resolved not in VOICES:
+            known = ", ".join([*VOICE_ALIASES, *VOICES])
+            raise ValueError(f"unknown voice {voice!r} (one of {known}, or espeak:<voice>)")
+
+    def voices(self) -> list[str]:
+        return [*VOICE_ALIASES, *VOICES, *(ESPEAK_PREFIX + v for v in self.fallback.voices())]
+
+    async def speak(self, request: SpeechRequest) -> AsyncIterator[TalkerChunk]:
+        """Stream the request's audio segment by segment, with estimated word positions.
+        A reply's text segments (one request each, the same ``request_id``) keep one voice:
+        Kokoro, or eSpeak NG if the reply began while Kokoro was at capacity."""
+        voice = self.resolve_voice(request.voice)
+        reply = self._reply(request.request_id)
+        if voice.startswith(ESPEAK_PREFIX):
+            source = self.fallback.speak(replace(request, voice=voice.removeprefix(ESPEAK_PREFIX)))
+        elif not reply.neural:
+            source = self.fallback.speak(replace(request, voice=self._espeak_voice(voice)))
+        else:
+            source = self._speak(request, voice, reply)
+        # Closed here, not whenever it is collected: a cancel frees its work at once.
+        async with contextlib.aclosing(cast(AsyncGenerator[TalkerChunk, None], source)):
+            async for chunk in source:
+                yield chunk
+
+    def _reply(self, request_id: str) -> _Reply:
+        reply = self._replies.get(request_id)
+        if reply is not None:
+            self._replies.move_to_end(request_id)
+            return reply
+        reply = _Reply(neural=self.runtime.making < self.runtime.capacity)
+        if not reply.neural:
+            self.fallbacks += 1
+            log.warning(
+                "the neural voice is making %d replies (its capacity): this one speaks with eSpeak NG",
+                self.runtime.making,
+                extra={"response": request_id},
+            )
+        self._replies[request_id] = reply
+        while len(self._replies) > REPLIES_KEPT:
+            self._replies.popitem(last=False)
+        return reply
+
+    @staticmethod
+    def _espeak_voice(voice: str) -> str | None:
+        """The eSpeak NG voice standing in for a Kokoro one (by its OpenAI name)."""
+        return next((name for name, v in VOICE_ALIASES.items() if v == voice), None)
+
+    async def _speak(self, request: SpeechRequest, voice: str, reply: _Reply) -> AsyncIterator[TalkerChunk]:
+        loop = asyncio.get_running_loop()
+        speed = float(min(2.0, max(0.5, request.speed)))
+        segments = split_segments(request.text, reply.spoken)
+        first = reply.spoken == 0
+        reply.spoken += len(request.text)
+
+        def submit(index: int) -> _Job | None:
+            if index >= len(segments):
+                return None
+            job = _Job(segments[index][1], voice, speed, loop, first and index == 0, loop.create_future())
+            self.runtime.submit(job)
+            return job
+
+        self.runtime.making += 1
+        making = True
+        base = 0
+        job = submit(0)
+        try:
+            for index, (offset, text) in enumerate(segments):
+                assert job is not None
+                audio, clauses = await job.done
+                job = submit(index + 1)  # the next segment is made while this one plays
+                if job is None and making:
+                    self.runtime.making -= 1
+                    making = False
+                audio = trim(audio, text, RATE, last=index == len(segments) - 1)
+                pcm = (np.clip(audio, -1.0, 1.0) * 32767).astype(np.int16)
+                starts = word_starts(text, clauses, pcm.size, RATE)
+                for at in range(0, max(pcm.size, 1), CHUNK):
+                    marks = tuple(
+                        WordMark(offset + s, offset + e, base + p) for s, e, p in starts if at <= p < at + CHUNK
+                    )
+                    yield TalkerChunk(AudioBuffer(pcm[at : at + CHUNK], "pcm16", RATE, self.name), marks)
+                base += pcm.size
+        finally:
+            if job is not None:
+                self.runtime.cancel(job)
+            if making:
+                self.runtime.making -= 1
+
+    async def aclose(self) -> None:
+        if self._own_runtime:
+            await asyncio.to_thread(self.runtime.close)
+        if self._own_fallback:
+            await self.fallback.aclose()
