@@ -193,3 +193,22 @@ async def test_a_turn_spoken_in_babble_that_never_stops_still_ends(semantic):
     errors, n = wer(clip.text, done["transcript"])
     assert errors / n <= 0.25, done["transcript"]
     await sim.ws.close()
+
+
+async def test_a_plain_realtime_client_gets_no_extension_events_and_one_that_asks_does(semantic):
+    # SDKs that validate every event against OpenAI's types must not see Duplex's own.
+    heard = {}
+    for asks in (False, True):
+        sim = await SimulatedClient.open(semantic.port, keep_audio=True, extensions=asks)
+        rid = await start_reply(sim)
+        await sim.silence(1.5)
+        await sim.stream(
+            np.concatenate([variant(CORPUS["bc_okay_am_michael"], "clean", RATE), np.zeros(RATE, np.int16)])
+        )
+        await sim.silence(1.0)
+        heard[asks] = {r.event["type"] for r in sim.events}
+        assert sim.of_type("input_audio_buffer.speech_started"), "the speech over the reply was heard"
+        assert not [r for r in sim.of_type("response.done") if r.event["response"]["id"] == rid], "it plays on"
+        await sim.ws.close()
+    extension = {"response.output_audio.ducked", "response.output_audio.resumed"}
+    assert extension <= heard[True] and not extension & heard[False]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
@@ -150,3 +151,17 @@ def test_every_client_event_the_protocol_accepts_has_a_handler():
     from duplex.app.core.session import _HANDLERS
 
     assert set(_HANDLERS) == CLIENT_EVENT_TYPES
+
+
+def test_response_metadata_is_echoed_and_bounded():
+    # LiveKit matches response.created to its response.create by metadata.client_event_id.
+    s = Session("sess_test", 0.0)
+    asked = {"client_event_id": "evt_lk_1", "purpose": "greeting"}
+    raw = json.dumps({"type": "response.create", "response": {"metadata": asked}})
+    out = wire(s.feed(decode_event(raw, max_bytes=1 << 20), 0.0))
+    created = next(o for o in out if isinstance(o, dict) and o["type"] == "response.created")
+    assert created["response"]["metadata"] == asked
+    s.feed(ev("response.cancel"), 0.0)
+    too_many = {f"k{i}": "v" for i in range(17)}
+    out = wire(s.feed(ev("response.create", response={"metadata": too_many}), 0.0))
+    assert [o["error"]["param"] for o in out if isinstance(o, dict) and o["type"] == "error"] == ["response.metadata"]

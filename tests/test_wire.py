@@ -103,3 +103,32 @@ def test_binary_audio_goes_as_a_header_then_the_pcm():
     body = json.loads(header)
     assert body["binary"] is True and "delta" not in body
     assert pcm == b"\x01\x00\x02\x00"
+
+
+# Duplex's own events, outside OpenAI's protocol (issue 17 makes them opt-in).
+EXTENSIONS = {"session.synced", "response.output_audio.paused", "response.output_audio.ducked",
+              "response.output_audio.resumed"}  # fmt: skip
+
+
+def test_every_standard_event_validates_against_the_openai_sdk_types():
+    # The Agents SDKs validate every event they receive against these types; one that
+    # fails is dropped or reported to the application as an error.
+    from openai.types.realtime.realtime_server_event import RealtimeServerEvent
+    from pydantic import TypeAdapter
+
+    adapter = TypeAdapter(RealtimeServerEvent)
+    wire = Wire("sess_abcdef", GA)
+    checked = set()
+    for event in SAMPLES:
+        for frame in wire.render(event):
+            body = json.loads(frame)
+            if body["type"] in EXTENSIONS:
+                continue
+            adapter.validate_python(body)
+            checked.add(body["type"])
+    assert len(checked) == len(SAMPLES) - len(EXTENSIONS)
+
+
+def test_a_transcript_carries_its_usage_by_duration():
+    body = Wire("sess_abcdef", GA).to_dict(ev.TranscriptionCompleted("item_1", 0, "hi", 3.0, 1500))
+    assert body["usage"] == {"type": "duration", "seconds": 1.5} and "audio_ms" not in body

@@ -252,7 +252,7 @@ async function connect() {
   $("connect").disabled = true;
   try {
     const scheme = location.protocol === "https:" ? "wss" : "ws";
-    client = new RealtimeClient(`${scheme}://${location.host}/v1/realtime`);
+    client = new RealtimeClient(`${scheme}://${location.host}/v1/realtime?duplex=1`);  // with Duplex's own events
     client.addEventListener("event", (e) => onServerEvent(e.detail));
     client.addEventListener("audio", (e) => onAudio(e.detail));
     client.addEventListener("problem", (e) => showError(e.detail));

@@ -37,9 +37,13 @@ class RealtimeClient:
         keep: bool = True,
         id_prefix: str = "c",
         expect_created: bool = True,
+        extensions: bool = True,
         **kwargs: Any,
     ) -> RealtimeClient:
-        """Connect to ``url`` and (unless told otherwise) read ``session.created``."""
+        """Connect to ``url`` and (unless told otherwise) read ``session.created``.
+        ``extensions``: ask for Duplex's own events (``?duplex=1``: ducked, paused, resumed)."""
+        if extensions and "duplex=" not in url:
+            url += ("&" if "?" in url else "?") + "duplex=1"
         headers = {"OpenAI-Beta": "realtime=v1"} if beta else {}
         kwargs.setdefault("max_size", None)
         kwargs.setdefault("compression", None)

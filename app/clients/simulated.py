@@ -104,11 +104,13 @@ class SimulatedClient:
         self._played_out = 0.0  # fractional output samples owed to the speaker
 
     @classmethod
-    async def open(cls, url: str | int, **kwargs: Any) -> SimulatedClient:
-        """Connect to ``url`` (or a port on this machine), read ``session.created``."""
+    async def open(cls, url: str | int, *, extensions: bool = True, **kwargs: Any) -> SimulatedClient:
+        """Connect to ``url`` (or a port on this machine), read ``session.created``;
+        ``extensions``: ask for Duplex's own events, as the project's clients do."""
         if isinstance(url, int):
             url = f"ws://127.0.0.1:{url}/v1/realtime"
-        return cls(await RealtimeClient.open(url, keep=False, id_prefix="sim"), **kwargs)
+        client = await RealtimeClient.open(url, keep=False, id_prefix="sim", extensions=extensions)
+        return cls(client, **kwargs)
 
     # -- sending -------------------------------------------------------------
     async def send(self, etype: str, **fields: Any) -> None:

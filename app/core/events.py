@@ -50,6 +50,8 @@ class ResponseView:
     voice: str
     timings: dict[str, float] | None = None
     """Extension: the reply's latency report (ms from its start)."""
+    metadata: dict[str, str] | None = None
+    """What the ``response.create`` asked to have echoed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +138,8 @@ class TranscriptionCompleted:
     transcript: str
     recognition_ms: float | None = None
     """Extension: recognition wait + decode, in ms."""
+    audio_ms: int = 0
+    """The audio transcribed (rendered as OpenAI's ``usage`` by duration)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -90,6 +90,7 @@ class Reply:
     """Audio deltas sent: their ``seq`` on the wire (gap-free per reply)."""
     ducked: bool = False
     """Playing on, quieter, while speech over it is judged."""
+    metadata: dict[str, str] | None = None
 
     @property
     def ref(self) -> ContentRef:
@@ -126,7 +127,7 @@ class Replies:
         )
         rid = ctx.new_id("resp")
         playout = Playout(settings.output_rate, settings.pacing.lead_ms / 1000)
-        r = Reply(rid, item, self.epoch, options.modalities, "", options.voice, playout, now)
+        r = Reply(rid, item, self.epoch, options.modalities, "", options.voice, playout, now, metadata=options.metadata)
         prev = ctx.conversation.add(item)  # first: if it fails, no reply is left half begun
         lim = ctx.limits
         room = ctx.conversation.make_room(lim.max_items, lim.max_conversation_chars, {item.id})
@@ -159,6 +160,7 @@ class Replies:
             self.ctx.settings.output_rate,
             r.voice,
             timings,
+            r.metadata,
         )
 
     def finish(

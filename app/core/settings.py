@@ -67,7 +67,7 @@ class Pacing:
 class SessionSettings:
     """The negotiated state of one session."""
 
-    model: str = "duplex-espeak"
+    model: str = "duplex"
     instructions: str = ""
     output_modalities: tuple[str, ...] = ("audio",)
     voice: str = "alloy"
@@ -90,6 +90,8 @@ class ResponseOptions:
     modalities: tuple[str, ...]
     voice: str
     instructions: str | None = None
+    metadata: dict[str, str] | None = None
+    """Echoed on the response (LiveKit finds its reply by ``metadata.client_event_id``)."""
 
 
 # -- fields ------------------------------------------------------------------
@@ -285,4 +287,12 @@ def response_options(current: SessionSettings, opts: dict[str, Any], *, check_vo
     instructions = opts.get("instructions")
     if instructions is not None:
         check_type(instructions, (str,), "response.instructions")
-    return ResponseOptions(mods, chosen, instructions)
+    metadata = opts.get("metadata")
+    if metadata is not None:
+        check_type(metadata, (dict,), "response.metadata")
+        # OpenAI's bounds: 16 pairs, keys up to 64 characters, values up to 512.
+        if len(metadata) > 16 or not all(
+            isinstance(k, str) and isinstance(v, str) and len(k) <= 64 and len(v) <= 512 for k, v in metadata.items()
+        ):
+            raise _bad("response.metadata", "response.metadata must hold at most 16 string pairs (64/512 characters)")
+    return ResponseOptions(mods, chosen, instructions, metadata)

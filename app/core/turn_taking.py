@@ -87,6 +87,7 @@ class TurnTaking:
         """Committed turns waiting for their transcript."""
         self.transcripts = Transcripts()
         self._prepared = False  # a reply was prepared for the current pause
+        self._audio_ms: dict[str, int] = {}  # committed turns' audio, for their transcript's usage
 
     def on_signals(self, signals: list[Signal], now: float) -> Output:
         out: Output = []
@@ -130,6 +131,7 @@ class TurnTaking:
         item = Item(item_id, "user", [Part("input_audio", None)])
         prev = self.s.conversation.add(item)
         out: Output = [BufferCommitted(prev, item.id), *self.s.item_added(item, prev), *self.s.make_room(item)]
+        self._audio_ms[item.id] = self.s.ms(int(audio.size))
         candidate = self.transcripts.committed(speech_item, span, item.id, now) if span is not None else None
         if candidate is not None:  # transcribed already (or being transcribed) at the pause that ended the turn
             if candidate.arrived:
@@ -202,6 +204,7 @@ class TurnTaking:
     ) -> Output:
         """A committed item's transcript: completed (or failed), then its reply."""
         self.transcribing.discard(item_id)
+        audio_ms = self._audio_ms.pop(item_id, 0)
         if item_id not in self.s.conversation:
             return []  # deleted meanwhile
         item = self.s.conversation.get(item_id)
@@ -209,7 +212,7 @@ class TurnTaking:
         out: Output = [
             TranscriptionFailed(item_id, 0, failure)
             if failure is not None
-            else TranscriptionCompleted(item_id, 0, text, recognition_ms)
+            else TranscriptionCompleted(item_id, 0, text, recognition_ms, audio_ms)
         ]
         td = self.s.settings.turn_detection
         users = [i for i in self.s.conversation.items if i.role == "user"]

@@ -16,6 +16,11 @@ from typing import Any
 
 from duplex.app.core.events import (
     AudioDelta,
+    AudioDucked,
+    AudioPaused,
+    AudioResumed,
+    ContentPartAdded,
+    ContentPartDone,
     ContentRef,
     ItemDone,
     ItemView,
@@ -51,11 +56,18 @@ _TEXT_PARTS = {"input_text", "output_text", "text"}
 Frame = str | bytes
 
 
-class Wire:
-    """Renders one connection's server events: its dialect and its event ids."""
+# Duplex's own events: a client that did not ask for them (``?duplex=1``) never sees
+# them, so an SDK that validates every event against OpenAI's types is not tripped.
+EXTENSION_EVENTS: tuple[type[ServerEvent], ...] = (AudioPaused, AudioDucked, AudioResumed)
 
-    def __init__(self, session_id: str, dialect: str = GA) -> None:
+
+class Wire:
+    """Renders one connection's server events: its dialect, its event ids, and whether
+    it asked for Duplex's extension events."""
+
+    def __init__(self, session_id: str, dialect: str = GA, *, extensions: bool = True) -> None:
         self.dialect = dialect
+        self.extensions = extensions
         self._prefix = session_id[-6:]
         self._n = 0
 
@@ -66,6 +78,8 @@ class Wire:
     def render(self, event: ServerEvent, *, binary_audio: bool = False) -> list[Frame]:
         """The frames that carry ``event`` (none if the dialect has no such event)."""
         if self.dialect == BETA and isinstance(event, GA_ONLY):
+            return []
+        if not self.extensions and isinstance(event, EXTENSION_EVENTS):
             return []
         body = self.to_dict(event)
         if isinstance(event, AudioDelta) and binary_audio:
@@ -98,6 +112,10 @@ class Wire:
             elif isinstance(event, TranscriptionCompleted) and f.name == "recognition_ms":
                 if value is not None:
                     out[f.name] = round(value, 2)
+            elif isinstance(event, TranscriptionCompleted) and f.name == "audio_ms":
+                out["usage"] = {"type": "duration", "seconds": value / 1000}  # the openai types require it
+            elif isinstance(event, (ContentPartAdded, ContentPartDone)) and f.name == "part":
+                out["part"] = part_object(value, beta=True)  # a content part event's types: "audio" | "text"
             else:
                 out[f.name] = _value(value, beta)
         return out
@@ -148,7 +166,7 @@ def response_object(r: ResponseView, beta: bool = False) -> dict[str, Any]:
         "modalities": list(r.modalities),
         "audio": {"output": {"format": {"type": "audio/pcm", "rate": r.output_rate}, "voice": r.voice}},
         "usage": {"total_tokens": 0, "input_tokens": 0, "output_tokens": 0},
-        "metadata": None,
+        "metadata": r.metadata,
     }
     if r.timings:
         out["timings"] = r.timings

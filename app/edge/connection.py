@@ -78,7 +78,7 @@ def ears_of(backends: Backends) -> Ears:
 class Connection:
     """One client: its session, its running reply and its ordered sends."""
 
-    def __init__(self, server: Host, ws: GuardedConnection, dialect: str) -> None:
+    def __init__(self, server: Host, ws: GuardedConnection, dialect: str, *, extensions: bool = True) -> None:
         self.server = server
         self.ws = ws
         self.loop = asyncio.get_running_loop()
@@ -95,7 +95,7 @@ class Connection:
             ears=ears_of(backends),
         )
         self.session.clock.idle_s = cfg.input_idle_s
-        self.wire = Wire(self.session.id, dialect)
+        self.wire = Wire(self.session.id, dialect, extensions=extensions)
         self._send_lock = asyncio.Lock()
         self._progress = asyncio.Event()  # input, acks and cancels wake a paced sink
         self._parked = asyncio.Event()  # set while the sink waits on playback

@@ -12,6 +12,7 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from http import HTTPStatus
+from urllib.parse import parse_qs, urlsplit
 
 import websockets
 from websockets.asyncio.server import Server, ServerConnection
@@ -204,7 +205,9 @@ class DuplexServer:
     async def _handle(self, ws: ServerConnection) -> None:
         assert isinstance(ws, GuardedConnection)  # the class start() asked for
         beta = "realtime=v1" in (ws.request.headers.get("OpenAI-Beta") or "") if ws.request else False
-        conn = Connection(self, ws, BETA if beta else GA)
+        query = parse_qs(urlsplit(ws.request.path).query) if ws.request else {}
+        extensions = query.get("duplex", ["0"])[-1] not in ("", "0", "false")  # the client asks: ?duplex=1
+        conn = Connection(self, ws, BETA if beta else GA, extensions=extensions)
         self.connections.add(conn)
         self.metrics.inc("duplex_sessions_total")
         log.info("session opened", extra={"session": conn.session.id})
