@@ -257,10 +257,9 @@ class KokoroTalker:
         A reply's text segments (one request each, the same ``request_id``) keep one voice:
         Kokoro, or eSpeak NG if the reply began while Kokoro was at capacity."""
         voice = self.resolve_voice(request.voice)
-        reply = self._reply(request.request_id)
         if voice.startswith(ESPEAK_PREFIX):
             source = self.fallback.speak(replace(request, voice=voice.removeprefix(ESPEAK_PREFIX)))
-        elif not reply.neural:
+        elif not (reply := self._reply(request.request_id)).neural:
             source = self.fallback.speak(replace(request, voice=self._espeak_voice(voice)))
         else:
             source = self._speak(request, voice, reply)

@@ -89,7 +89,8 @@ def trim(audio: np.ndarray, text: str, rate: int, *, last: bool) -> np.ndarray:
     voiced = np.flatnonzero(np.abs(audio) > VOICED)
     if voiced.size == 0:
         return audio[:0]
-    end_pause = TAIL_S if last else _PAUSES.get(text.rstrip()[-1:], WORD_GAP_S)
+    # A reply's text may come in several pieces: a sentence's end keeps its pause either way.
+    end_pause = _PAUSES.get(text.rstrip()[-1:], TAIL_S if last else WORD_GAP_S)
     start = max(0, int(voiced[0] - LEAD_S * rate))
     end = min(audio.size, int(voiced[-1] + end_pause * rate))
     return audio[start:end]
