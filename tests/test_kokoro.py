@@ -91,18 +91,18 @@ async def test_the_first_segment_is_heard_before_the_rest_is_made(talker: Kokoro
 async def test_whisper_hears_the_neural_voice(talker: KokoroTalker, recognizer):
     errors = words = 0
     voices = ["alloy", "cedar", "shimmer", "ballad", "marin"]
-    made = []
+    out = Path(ARTIFACTS) / "voices"  # one WAV per voice, to listen to (CI keeps artifacts/)
+    out.mkdir(parents=True, exist_ok=True)
     for text, voice in zip(SENTENCES, voices, strict=True):
-        pcm = pcm_of(await speak(talker, text, voice))
-        made.append(pcm)
+        chunks = await speak(talker, text, voice)
+        pcm = pcm_of(chunks)
+        write_wav(out / f"kokoro_{voice}_{talker.resolve_voice(voice)}.wav", pcm, chunks[0].audio.rate)
         heard = recognizer.transcribe_blocking(resample(pcm, 24000, 16000), 16000)
         e, n = wer(text, heard)
         errors, words = errors + e, words + n
     assert errors / words <= 0.05, errors / words
-    out = Path(ARTIFACTS) / "voices"
-    out.mkdir(parents=True, exist_ok=True)
-    gap = np.zeros(24000 // 2, np.int16)
-    write_wav(out / "kokoro_sample.wav", np.concatenate([x for p in made for x in (p, gap)]), 24000)
+    baseline = await speak(talker, SENTENCES[0], "espeak:en-us+klatt2")
+    write_wav(out / "espeak_en-us+klatt2.wav", pcm_of(baseline), baseline[0].audio.rate)
 
 
 async def test_word_marks_follow_the_text_and_the_audio(talker: KokoroTalker):

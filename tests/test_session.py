@@ -165,3 +165,17 @@ def test_response_metadata_is_echoed_and_bounded():
     too_many = {f"k{i}": "v" for i in range(17)}
     out = wire(s.feed(ev("response.create", response={"metadata": too_many}), 0.0))
     assert [o["error"]["param"] for o in out if isinstance(o, dict) and o["type"] == "error"] == ["response.metadata"]
+
+
+def test_tools_are_refused_with_an_error_and_the_rest_of_the_update_applies():
+    # The Agents SDKs send instructions, voice and tools in one update: losing the first two
+    # for want of the third is what real clients hit; ignoring tools silently is worse.
+    s = Session("sess_test", 0.0)
+    tool = {"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {}}}
+    update = {"instructions": "Be brief.", "tools": [tool], "tool_choice": "auto", "tracing": "auto"}
+    out = wire(s.feed(ev("session.update", event_id="c7", session=update), 0.0))
+    assert [o["type"] for o in out] == ["session.updated", "error"]
+    assert out[0]["session"]["instructions"] == "Be brief."
+    assert out[1]["error"]["code"] == "tools_unsupported" and out[1]["error"]["param"] == "session.tools"
+    assert out[1]["error"]["event_id"] == "c7"
+    assert [o["type"] for o in wire(s.feed(ev("session.update", session={"tools": []}), 0.0))] == ["session.updated"]

@@ -133,7 +133,18 @@ class Session:
         )
         if (before.turn_detection, before.input_rate) != (self.settings.turn_detection, self.settings.input_rate):
             self.intake.listen(self.settings)
-        return [SessionUpdated(self.id, self.settings)]
+        out: Output = [SessionUpdated(self.id, self.settings)]
+        if data["session"].get("tools"):
+            # Said, not silently dropped; and not fatal to the rest of the update (an agent's
+            # instructions and voice must not be lost for want of tools).
+            unsupported = ProtocolError(
+                "tools_unsupported",
+                "this server's thinker does not call tools: session.tools is ignored; the rest of the update applies",
+                param="session.tools",
+                event_id=data.get("event_id"),
+            )
+            out.append(Error(unsupported))
+        return out
 
     def _on_session_sync(self, data: Data, now: float) -> Output:
         # A client that syncs steps its own input clock (a replay, maybe faster
