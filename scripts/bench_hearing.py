@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from duplex.app.clients.simulated import Received, SimulatedClient
+from duplex.app.harness.anchors import ANCHORS
 from duplex.app.harness.servers import ServerProcess
 from duplex.app.harness.stats import pct
 from duplex.app.harness.voices import Clip, load_corpus, noise, resample, set_level, variant, wer
@@ -45,13 +46,6 @@ REPLY = (
     "This is a reply that goes on for a while, sentence after sentence. It tells you about the weather, "
     "the time, and many other things that you may or may not want to hear about today."
 )
-# Full-Duplex-Bench v1 (arXiv 2503.04721v3 Table III; GPT-Realtime from the benchmark's README):
-# pause TOR, backchannel TOR, smooth-turn TOR, turn latency s, interruption TOR, interruption latency s.
-ANCHORS = {
-    "Moshi": (0.985, 1.000, 0.941, 0.265, 1.000, 0.257),
-    "Gemini Live": (0.255, 0.091, 0.655, 1.301, 0.891, 1.183),
-    "GPT-Realtime": (0.010, 0.000, 1.000, 1.470, 0.970, 1.500),
-}
 
 
 @dataclass

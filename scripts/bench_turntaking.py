@@ -34,6 +34,7 @@ import statistics
 from duplex.app.clients.replay import Runner
 from duplex.app.clients.scenario import parse
 from duplex.app.clients.verdicts import Result
+from duplex.app.harness.anchors import ANCHORS
 from duplex.app.harness.servers import serving
 from duplex.app.harness.stats import median_p95
 from duplex.pipeline.backends import Backends
@@ -67,19 +68,6 @@ REPLY = (
     "This is a reply that goes on for a while, sentence after sentence. It tells you about "
     "the weather, the time, and many other things that you may or may not want to hear about."
 )
-
-# Full-Duplex-Bench v1, arXiv 2503.04721v3 Table III and the benchmark's repository README
-# (DanielLin94144/Full-Duplex-Bench; GPT-Realtime and PersonaPlex rows appear in the README only).
-# Columns: pause TOR (synthetic), backchannel TOR, smooth TOR, smooth latency s, interruption TOR,
-# interruption latency s.
-ANCHORS = {
-    "Moshi": (0.985, 1.000, 0.941, 0.265, 1.000, 0.257),
-    "Gemini Live": (0.255, 0.091, 0.655, 1.301, 0.891, 1.183),
-    "GPT-Realtime": (0.010, 0.000, 1.000, 1.470, 0.970, 1.500),
-    "Freeze-Omni": (0.642, 0.636, 0.336, 0.953, 0.867, 1.409),
-    "dGSLM": (0.934, 0.691, 0.975, 0.352, 0.917, 2.531),
-    "PersonaPlex": (0.584, 0.327, 0.992, 0.070, 1.000, 0.400),
-}
 
 
 def scenarios(quick: bool) -> dict[str, list]:
