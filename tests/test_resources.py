@@ -50,10 +50,30 @@ async def served() -> AsyncIterator[tuple[ServerProcess, int, int]]:
         await c.send("response.create")
         await c.until("response.done")
         await c.close()
+        await _hear(server)  # the recogniser's working memory is allocated on first use
         await _settled(server)
         yield server, rss_kib(server.pid), _tasks(server)
     finally:
         server.stop()
+
+
+async def _hear(server: ServerProcess) -> None:
+    """Recognise a few committed turns from three sessions at once (as the attacks do), to their results."""
+    clients = [await RealtimeClient.connect(server.port) for _ in range(3)]
+    for c in clients:
+        await c.update(turn_detection=None)
+        for _ in range(3):
+            await c.append(noise(1.0, level=2000))
+            await c.send("input_audio_buffer.commit")
+    done = (
+        "conversation.item.input_audio_transcription.completed",
+        "conversation.item.input_audio_transcription.failed",
+    )
+    for c in clients:
+        heard = 0
+        while heard < 3:
+            heard += (await c.recv())["type"] in done
+        await c.close()
 
 
 async def _settled(server: ServerProcess) -> None:
