@@ -27,6 +27,7 @@ from duplex.pipeline.segmenter import Segment, Segmenter
 from duplex.pipeline.stream import BoundedEventStream, ChunkEvent, Sequencer
 from duplex.pipeline.talker import SpeechRequest, Talker, TalkerChunk, WordMark
 from duplex.pipeline.thinker import Thinker, ThinkRequest
+from duplex.pipeline.tools import ToolCallDelta
 from duplex.pipeline.vocoder import Vocoder, VocoderStream
 
 THINKER_STAGE = 0
@@ -46,10 +47,12 @@ class OutputChunk:
     """Words whose audio begins by the end of this chunk; ``position`` is in output samples."""
     text: str = ""
     """Reply text that continues the text known so far (the thinker streams it)."""
+    call: ToolCallDelta | None = None
+    """A piece of a function call the thinker made, in its place among the reply's output."""
 
     @property
     def nbytes(self) -> int:
-        return self.audio.nbytes + len(self.text)
+        return self.audio.nbytes + len(self.text) + (self.call.nbytes if self.call else 0)
 
     @property
     def end(self) -> int:
@@ -210,6 +213,12 @@ class ReplyStages:
                     async for delta in deltas:
                         if st.thinker_first_text_s is None:
                             st.thinker_first_text_s = st.since()
+                        if isinstance(delta, ToolCallDelta):
+                            # What was said before the call is spoken before it.
+                            for segment in segmenter.finish():
+                                await put(segment)
+                            await self.text_queue.put(seq.event("tool", delta, self.watermark()))
+                            continue
                         for segment in segmenter.feed(delta):
                             await put(segment)
                 for segment in segmenter.finish():
@@ -225,6 +234,9 @@ class ReplyStages:
         spoken = 0  # talker units (samples or frames) spoken so far in this reply
         try:
             async for event in self.text_queue:
+                if event.kind == "tool":  # passes on in order, unspoken
+                    await self.talk_queue.put(seq.event("tool", event.payload, self.watermark()))
+                    continue
                 segment: Segment = event.payload
                 request = replace(self.request, text=segment.text)
                 text = segment.text  # goes out with the segment's first chunk
@@ -273,13 +285,25 @@ class ReplyStages:
             self.stats.output_samples = produced
             await self.output_queue.put(seq.event("audio", out, self.watermark()))
 
+        async def call(delta: ToolCallDelta) -> None:
+            await emit(None)  # the text before it first
+            empty = AudioBuffer.pcm(np.zeros(0, np.int16), self.output_rate, "engine")
+            await self.output_queue.put(seq.event("tool", OutputChunk(empty, produced, call=delta), self.watermark()))
+
         try:
             async for event in self.talk_queue:
+                if event.kind == "tool":
+                    await call(event.payload)
+                    continue
                 chunks = [event.payload]
+                held: ToolCallDelta | None = None
                 if self.vocoder.blocking:
                     # A neural decode costs nearly the same for a few frames as for one:
-                    # take everything the talker has queued meanwhile.
+                    # take everything the talker has queued meanwhile (up to a call).
                     while len(chunks) < 32 and (more := self.talk_queue.get_nowait()) is not None:
+                        if more.kind == "tool":
+                            held = more.payload
+                            break
                         chunks.append(more.payload)
                 text += "".join(c.text for c in chunks)
                 sounding = [c.audio for c in chunks if c.audio.length]
@@ -292,16 +316,18 @@ class ReplyStages:
                     )
                 if not sounding:
                     await emit(None)
-                    continue
-                audio = _join(sounding)
-                assert stream is not None  # sounding audio came from the talker, which opened it
-                if self.vocoder.blocking:
-                    pcm = await asyncio.to_thread(stream.push, audio)
                 else:
-                    await self.gate.wait()
-                    with self.gate.charge():
-                        pcm = stream.push(audio)
-                await emit(pcm)
+                    audio = _join(sounding)
+                    assert stream is not None  # sounding audio came from the talker, which opened it
+                    if self.vocoder.blocking:
+                        pcm = await asyncio.to_thread(stream.push, audio)
+                    else:
+                        await self.gate.wait()
+                        with self.gate.charge():
+                            pcm = stream.push(audio)
+                    await emit(pcm)
+                if held is not None:
+                    await call(held)
             await emit(stream.flush() if stream is not None else None, final=True)
         finally:
             self.output_queue.close()
@@ -312,9 +338,11 @@ class ReplyStages:
         empty = AudioBuffer.pcm(np.zeros(0, np.int16), self.output_rate, "engine")
         try:
             async for event in self.text_queue:
-                await self.output_queue.put(
-                    seq.event("text", OutputChunk(empty, 0, (), event.payload.text), self.watermark())
-                )
+                if event.kind == "tool":
+                    chunk = OutputChunk(empty, 0, call=event.payload)
+                else:
+                    chunk = OutputChunk(empty, 0, (), event.payload.text)
+                await self.output_queue.put(seq.event(event.kind, chunk, self.watermark()))
         finally:
             self.output_queue.close()
 

@@ -170,7 +170,7 @@ def test_response_metadata_is_echoed_and_bounded():
 def test_tools_are_refused_with_an_error_and_the_rest_of_the_update_applies():
     # The Agents SDKs send instructions, voice and tools in one update: losing the first two
     # for want of the third is what real clients hit; ignoring tools silently is worse.
-    s = Session("sess_test", 0.0)
+    s = Session("sess_test", 0.0, tools=False)  # a thinker that cannot call tools
     tool = {"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {}}}
     update = {"instructions": "Be brief.", "tools": [tool], "tool_choice": "auto", "tracing": "auto"}
     out = wire(s.feed(ev("session.update", event_id="c7", session=update), 0.0))

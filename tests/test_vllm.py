@@ -276,3 +276,65 @@ async def test_thinker_and_talker_share_one_engine(backend, vad_model, recognize
         assert audio_of(c.events).size % 2048 == 0 and audio_of(c.events).size > 0
         assert thinker.engine is codec_talker.engine and await codec_talker.engine.running() == 0
         await c.close()
+
+
+# A city the schema names: under structured output even a random model writes a valid call.
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string", "enum": ["Paris", "Oslo", "Lima"]}},
+        "required": ["city"],
+        "additionalProperties": False,
+    },
+}
+
+
+@pytest.mark.parametrize("choice", [{"type": "function", "name": "get_weather"}, "required"], ids=["named", "required"])
+async def test_the_model_calls_a_forced_tool_and_then_answers(tserver, choice):
+    srv, thinker = tserver
+    thinker.max_tokens = 200
+    c = await RealtimeClient.connect(srv.port)
+    await c.update(tools=[WEATHER], tool_choice=choice, pacing={"enabled": False})
+    await c.say("what is the weather like")
+    await c.send("response.create")
+    done = (await c.until("response.done"))["response"]
+    assert done["status"] == "completed", done
+    assert [i["type"] for i in done["output"]] == ["function_call"], done
+    call = done["output"][0]
+    assert call["name"] == "get_weather"
+    assert json.loads(call["arguments"])["city"] in ("Paris", "Oslo", "Lima"), call["arguments"]
+    streamed = "".join(e["delta"] for e in c.events if e["type"] == "response.function_call_arguments.delta")
+    assert streamed == call["arguments"]
+    await c.send(
+        "conversation.item.create",
+        item={"type": "function_call_output", "call_id": call["call_id"], "output": "sunny"},
+    )
+    await c.until("conversation.item.added")
+    await c.send("response.create", response={"tool_choice": "none"})  # now it must speak
+    done = (await c.until("response.done"))["response"]
+    assert done["status"] == "completed" and [i["type"] for i in done["output"]] == ["message"], done
+    assert audio_of(c.events).size > 0
+    await c.close()
+
+
+async def test_with_auto_choice_vllms_tool_parser_reads_the_models_call(tserver):
+    """The model writes words, then a call in Hermes' format (held to it by a regex here:
+    a random model would not); the words are spoken, the call is read by vLLM's parser."""
+    import re
+
+    from vllm.sampling_params import StructuredOutputsParams
+
+    from duplex.pipeline.thinker import ThinkRequest
+    from duplex.pipeline.tools import ToolCallDelta
+
+    _, thinker = tserver
+    written = 'Let me see. <tool_call>{"name": "get_weather", "arguments": {"city": "Lima"}}</tool_call>'
+    held = {"structured_outputs": StructuredOutputsParams(regex=re.escape(written)), "allowed_token_ids": None}
+    request = ThinkRequest("resp_auto", ({"role": "user", "content": "weather?"},), options=held, tools=(WEATHER,))
+    pieces = [p async for p in thinker.think(request)]
+    said = "".join(p for p in pieces if isinstance(p, str))
+    calls = [p for p in pieces if isinstance(p, ToolCallDelta)]
+    assert said.strip() == "Let me see.", pieces
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == [("get_weather", {"city": "Lima"})]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -54,10 +55,22 @@ async def remote(tmp_path_factory):
             "2048",
             "--max-num-seqs",
             "4",
+            # Tool calls: a forced call needs a parser named (Hermes' format reads any
+            # tokenizer); strict tool calling is off below, so vLLM forces it with the
+            # tool's JSON schema instead of Hermes' structural tag, which the tiny
+            # tokenizer's characters do not hold.
+            "--enable-auto-tool-choice",
+            "--tool-call-parser",
+            "hermes",
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"},
+        env={
+            **os.environ,
+            "HF_HUB_OFFLINE": "1",
+            "VLLM_CPU_KVCACHE_SPACE": "1",
+            "VLLM_ENFORCE_STRICT_TOOL_CALLING": "0",
+        },
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -184,4 +197,47 @@ async def test_cancel_closes_the_chat_stream_and_the_endpoint_aborts(chat_server
             break
         await asyncio.sleep(0.05)  # the metrics gauge is updated by the server's loop
     assert await thinker.running() == 0
+    await c.close()
+
+
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string", "enum": ["Paris", "Oslo", "Lima"]}},
+        "required": ["city"],
+        "additionalProperties": False,
+    },
+}
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def tool_server(remote, espeak_runtime, vad_model, recognizer):
+    """The chat endpoint with nothing held back: its structured output writes the call."""
+    from duplex.pipeline.talkers.espeak import EspeakTalker
+    from duplex.pipeline.thinkers.openai_chat import OpenAIChatThinker
+    from duplex.pipeline.vocoders.pcm import PcmVocoder
+
+    url, _, _ = remote
+    thinker = OpenAIChatThinker(url, "tiny", temperature=1.0, max_tokens=200)
+    await thinker.start()
+    async with serving(Backends(EspeakTalker(espeak_runtime), PcmVocoder(), thinker, vad_model, recognizer)) as srv:
+        yield srv
+    await thinker.aclose()
+
+
+async def test_the_chat_endpoint_streams_a_forced_tool_call(tool_server):
+    c = await RealtimeClient.connect(tool_server.port)
+    await c.update(tools=[WEATHER], pacing={"enabled": False}, output_modalities=["text"])
+    await c.say("what is the weather like")
+    await c.send("response.create", response={"tool_choice": {"type": "function", "name": "get_weather"}})
+    done = (await c.until("response.done"))["response"]
+    assert done["status"] == "completed", done
+    assert [i["type"] for i in done["output"]] == ["function_call"], done
+    call = done["output"][0]
+    assert call["name"] == "get_weather" and json.loads(call["arguments"])["city"] in ("Paris", "Oslo", "Lima")
+    deltas = [e for e in c.events if e["type"] == "response.function_call_arguments.delta"]
+    assert "".join(d["delta"] for d in deltas) == call["arguments"]
+    assert all(d["call_id"] == call["call_id"] for d in deltas)
     await c.close()

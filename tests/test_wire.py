@@ -13,13 +13,16 @@ from duplex.app.core.wire import BETA, BETA_NAMES, GA, Wire
 REF = ev.ContentRef("resp_1", "item_2")
 AUDIO_ITEM = ev.ItemView("item_2", "message", "completed", "assistant", (ev.PartView("output_audio", "Hi."),))
 USER_ITEM = ev.ItemView("item_1", "message", "completed", "user", (ev.PartView("input_text", "Hello"),))
+CALL_ITEM = ev.ItemView("item_3", "function_call", "completed", "", (), "call_1", "get_weather", '{"city": "Oslo"}')
+RESULT_ITEM = ev.ItemView("item_4", "function_call_output", "completed", "", (), "call_1", output="Sunny.")
+TOOLS = ({"type": "function", "name": "get_weather", "description": "Weather.", "parameters": {"type": "object"}},)
 RESPONSE = ev.ResponseView(
     "resp_1", "completed", None, (AUDIO_ITEM,), "sess_1", ("audio",), 24000, "alloy", {"first_audio": 3.0}
 )
 
 SAMPLES: list[ev.ServerEvent] = [
     ev.SessionCreated("sess_1", SessionSettings()),
-    ev.SessionUpdated("sess_1", SessionSettings(instructions="Be brief.")),
+    ev.SessionUpdated("sess_1", SessionSettings(instructions="Be brief.", tools=TOOLS, tool_choice="required")),
     ev.SessionSynced("sim3", 4800, 200),
     ev.Error(ProtocolError("invalid_value", "bad", param="session.voice", event_id="c1")),
     ev.ItemAdded(None, USER_ITEM),
@@ -48,6 +51,13 @@ SAMPLES: list[ev.ServerEvent] = [
     ev.AudioTranscriptDone(REF, "Hi."),
     ev.TextDelta(REF, "Hi."),
     ev.TextDone(REF, "Hi."),
+    ev.FunctionCallArgumentsDelta("resp_1", "item_3", 1, "call_1", '{"city": '),
+    ev.FunctionCallArgumentsDone("resp_1", "item_3", 1, "call_1", "get_weather", '{"city": "Oslo"}'),
+    ev.ItemAdded("item_3", RESULT_ITEM),
+    ev.OutputItemDone("resp_1", 1, CALL_ITEM),
+    ev.ResponseDone(
+        ev.ResponseView("resp_1", "completed", None, (AUDIO_ITEM, CALL_ITEM), "sess_1", ("audio",), 24000, "alloy")
+    ),
     ev.AudioPaused(REF, 1, 80, 96),
     ev.AudioDucked(REF, 1, 80, 96, -24.0),
     ev.AudioResumed(REF, 1),
@@ -126,9 +136,28 @@ def test_every_standard_event_validates_against_the_openai_sdk_types():
                 continue
             adapter.validate_python(body)
             checked.add(body["type"])
-    assert len(checked) == len(SAMPLES) - len(EXTENSIONS)
+    assert checked == {e.type for e in SAMPLES} - EXTENSIONS
 
 
 def test_a_transcript_carries_its_usage_by_duration():
     body = Wire("sess_abcdef", GA).to_dict(ev.TranscriptionCompleted("item_1", 0, "hi", 3.0, 1500))
     assert body["usage"] == {"type": "duration", "seconds": 1.5} and "audio_ms" not in body
+
+
+def test_every_standard_event_validates_against_the_beta_types_in_a_beta_session():
+    from openai.types.beta.realtime.realtime_server_event import RealtimeServerEvent
+    from pydantic import TypeAdapter
+
+    adapter = TypeAdapter(RealtimeServerEvent)
+    wire = Wire("sess_abcdef", BETA)
+    checked = set()
+    for event in SAMPLES:
+        for frame in wire.render(event):
+            body = json.loads(frame)
+            if body["type"] in EXTENSIONS:
+                continue
+            adapter.validate_python(body)
+            checked.add(event.type)
+    assert checked == {e.type for e in SAMPLES} - EXTENSIONS - {"conversation.item.done"}
+    named = wire.to_dict(ev.SessionCreated("sess_1", SessionSettings(model="gpt-4o-realtime-preview")))
+    assert adapter.validate_python(named).session.model == "gpt-4o-realtime-preview"

@@ -48,10 +48,20 @@ class Item:
     words: list[WordMark] = field(default_factory=list)
     full_text: str = ""
     truncated_ms: int | None = None
+    # For function calls (``function_call``) and their results (``function_call_output``).
+    call_id: str = ""
+    name: str = ""
+    arguments: str = ""
+    output: str = ""
 
     def view(self) -> ItemView:
         """The item as it stands now, for an event."""
-        return ItemView(self.id, self.type, self.status, self.role, tuple(p.view() for p in self.content))
+        parts = tuple(p.view() for p in self.content)
+        if self.type == "function_call":
+            return ItemView(self.id, self.type, self.status, "", (), self.call_id, self.name, self.arguments)
+        if self.type == "function_call_output":
+            return ItemView(self.id, self.type, self.status, "", (), self.call_id, output=self.output)
+        return ItemView(self.id, self.type, self.status, self.role, parts)
 
     def text(self) -> str:
         """What the item says, as text (typed text, or the transcript of audio)."""
@@ -60,7 +70,8 @@ class Item:
     @property
     def chars(self) -> int:
         """Characters of text it holds (what the conversation's bound counts)."""
-        return max(sum(len(p.text) for p in self.content if p.text), len(self.full_text))
+        typed = sum(len(p.text) for p in self.content if p.text) + len(self.arguments) + len(self.output)
+        return max(typed, len(self.full_text))
 
     @property
     def audio_ms(self) -> int:
@@ -95,14 +106,42 @@ def decode_audio(b64: str, param: str) -> bytes:
     return raw
 
 
+ITEM_TYPES = ("message", "function_call", "function_call_output")
+
+
 def parse_item(data: dict[str, Any], new_id: str, *, max_chars: int) -> Item:
     """Validate a client ``conversation.item.create`` item (at most ``max_chars`` of text)."""
     p = "item"
     kind = data.get("type", "message")
-    if kind != "message":
+    if kind not in ITEM_TYPES:
         raise ProtocolError(
-            "unsupported_value", f"{p}.type {kind!r} is not supported; only 'message'", param=f"{p}.type"
+            "unsupported_value", f"{p}.type {kind!r} is not supported; one of {list(ITEM_TYPES)}", param=f"{p}.type"
         )
+    item = _parse_call(data, kind, new_id) if kind != "message" else _parse_message(data, new_id)
+    if item.chars > max_chars:
+        raise ProtocolError(
+            "item_too_large", f"{p} holds {item.chars} characters of text; at most {max_chars}", param=f"{p}.content"
+        )
+    return item
+
+
+def _parse_call(data: dict[str, Any], kind: str, new_id: str) -> Item:
+    """A function call (the client keeps its own history) or a function's result."""
+    item_id = data.get("id", new_id)
+    check_type(item_id, (str,), "item.id")
+    check_type(data.get("call_id"), (str,), "item.call_id")
+    call_id = str(data["call_id"])
+    if kind == "function_call_output":
+        check_type(data.get("output"), (str,), "item.output")
+        return Item(item_id, "tool", [], type=kind, call_id=call_id, output=data["output"])
+    check_type(data.get("name"), (str,), "item.name")
+    arguments = data.get("arguments", "")
+    check_type(arguments, (str,), "item.arguments")
+    return Item(item_id, "assistant", [], type=kind, call_id=call_id, name=data["name"], arguments=arguments)
+
+
+def _parse_message(data: dict[str, Any], new_id: str) -> Item:
+    p = "item"
     role = data.get("role")
     if role not in ROLES:
         raise ProtocolError("invalid_value", f"{p}.role must be one of {list(ROLES)}", param=f"{p}.role")
@@ -133,12 +172,7 @@ def parse_item(data: dict[str, Any], new_id: str, *, max_chars: int) -> Item:
                 check_type(part["audio"], (str,), f"{pp}.audio")
                 decode_audio(part["audio"], f"{pp}.audio")
             parts.append(Part(ptype, transcript))
-    item = Item(item_id, role, parts)
-    if item.chars > max_chars:
-        raise ProtocolError(
-            "item_too_large", f"{p} holds {item.chars} characters of text; at most {max_chars}", param=f"{p}.content"
-        )
-    return item
+    return Item(item_id, role, parts)
 
 
 class Conversation:

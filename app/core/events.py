@@ -34,6 +34,11 @@ class ItemView:
     status: str
     role: str
     content: tuple[PartView, ...]
+    call_id: str | None = None
+    """A ``function_call`` or ``function_call_output`` item's call."""
+    name: str | None = None
+    arguments: str | None = None
+    output: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,6 +287,27 @@ class TextDone:
 
 
 @dataclass(frozen=True, slots=True)
+class FunctionCallArgumentsDelta:
+    type: ClassVar[str] = "response.function_call_arguments.delta"
+    response_id: str
+    item_id: str
+    output_index: int
+    call_id: str
+    delta: str
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionCallArgumentsDone:
+    type: ClassVar[str] = "response.function_call_arguments.done"
+    response_id: str
+    item_id: str
+    output_index: int
+    call_id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
 class AudioPaused:
     """Extension: stop playing this reply now, keep what is buffered."""
 
@@ -321,6 +347,7 @@ ServerEvent = (
     | BufferCommitted | BufferCleared | SpeechStarted | SpeechStopped
     | ResponseCreated | ResponseDone | OutputItemAdded | OutputItemDone | ContentPartAdded | ContentPartDone
     | AudioDelta | AudioDone | AudioTranscriptDelta | AudioTranscriptDone | TextDelta | TextDone
+    | FunctionCallArgumentsDelta | FunctionCallArgumentsDone
     | AudioPaused | AudioDucked | AudioResumed
 )  # fmt: skip
 SERVER_EVENTS: tuple[type[ServerEvent], ...] = ServerEvent.__args__

@@ -7,13 +7,17 @@ limits and the conversation). A reply is *active* from ``response.created`` to
 ``response.done``, and *heard* until the client has played everything it was
 sent, which with pacing is up to the lead later. A barge-in can land in either:
 an active reply is cancelled and truncated, a reply still being heard is
-truncated.
+truncated. A reply's output is its message (audio or text) and any function calls
+the thinker makes, each an output item in order.
+
+Why this module is long: one reply's lifecycle (its output items, playback, pause
+and truncation) reads as one state machine; split, each half would reach into the other.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from duplex.app.core.actions import CancelReply, PrepareReply, StartReply
@@ -30,6 +34,8 @@ from duplex.app.core.events import (
     ContentPartDone,
     ContentRef,
     Error,
+    FunctionCallArgumentsDelta,
+    FunctionCallArgumentsDone,
     ItemAdded,
     ItemDone,
     ItemTruncated,
@@ -52,6 +58,7 @@ from duplex.pipeline.state import StateHandle
 from duplex.pipeline.stream import ChunkEvent
 from duplex.pipeline.talker import SpeechRequest
 from duplex.pipeline.thinker import Message, ThinkRequest
+from duplex.pipeline.tools import ToolCallDelta, calls_allowed
 
 Output = list[ServerEvent | StartReply | CancelReply]
 PREPARED = "prepared"
@@ -91,10 +98,20 @@ class Reply:
     ducked: bool = False
     """Playing on, quieter, while speech over it is judged."""
     metadata: dict[str, str] | None = None
+    outputs: list[Item] = field(default_factory=list)
+    """The response's output items in order: its message once announced, its function calls."""
+    calls: dict[int, Item] = field(default_factory=dict)
+    """Function calls by the thinker's call index."""
+
+    @property
+    def announced(self) -> bool:
+        """Whether the message item has been announced (with tools in play it waits for
+        the first text or audio: a reply that only calls a function has no message)."""
+        return self.item in self.outputs
 
     @property
     def ref(self) -> ContentRef:
-        return ContentRef(self.id, self.item.id)
+        return ContentRef(self.id, self.item.id, self.outputs.index(self.item) if self.announced else 0)
 
     @property
     def audio(self) -> bool:
@@ -125,26 +142,46 @@ class Replies:
         item = Item(
             ctx.new_id("item"), "assistant", [], status="in_progress", audio_rate=settings.output_rate if audio else 0
         )
+        item.content.append(Part("output_audio", "") if audio else Part("output_text", ""))
         rid = ctx.new_id("resp")
         playout = Playout(settings.output_rate, settings.pacing.lead_ms / 1000)
         r = Reply(rid, item, self.epoch, options.modalities, "", options.voice, playout, now, metadata=options.metadata)
-        prev = ctx.conversation.add(item)  # first: if it fails, no reply is left half begun
-        lim = ctx.limits
-        room = ctx.conversation.make_room(lim.max_items, lim.max_conversation_chars, {item.id})
         self.active = r
         if audio:
             self.heard = r
-        part = Part("output_audio", "") if audio else Part("output_text", "")
-        out: Output = [
-            *room,
-            ResponseCreated(self._view(r, "in_progress")),
-            OutputItemAdded(rid, 0, item.view()),
-            ItemAdded(prev, item.view()),
-            ContentPartAdded(r.ref, part.view()),
-        ]
-        item.content.append(part)
+        out: Output = [ResponseCreated(self._view(r, "in_progress"))]
+        if not calls_allowed(options.tools, options.tool_choice):
+            out += self._announce(r)  # at once, as ever: only a reply that may call a function waits
         request = SpeechRequest(rid, "", options.voice, settings.speed, self.state)
-        out.append(StartReply(rid, r.epoch, request, settings.output_rate, ThinkRequest(rid, messages), audio))
+        think = ThinkRequest(rid, messages, tools=options.tools, tool_choice=options.tool_choice)
+        out.append(StartReply(rid, r.epoch, request, settings.output_rate, think, audio))
+        return out
+
+    def _add(self, r: Reply, item: Item) -> list[ServerEvent]:
+        """Put one of the reply's output items into the conversation and the response."""
+        conversation, lim = self.ctx.conversation, self.ctx.limits
+        prev = conversation.add(item)
+        room = conversation.make_room(lim.max_items, lim.max_conversation_chars, {i.id for i in (*r.outputs, item)})
+        r.outputs.append(item)
+        return [*room, OutputItemAdded(r.id, len(r.outputs) - 1, item.view()), ItemAdded(prev, item.view())]
+
+    def _announce(self, r: Reply) -> list[ServerEvent]:
+        """The reply's message item and its content part."""
+        part = r.item.content[0]
+        return [*self._add(r, r.item), ContentPartAdded(r.ref, part.view())]
+
+    def _on_call(self, r: Reply, delta: ToolCallDelta) -> list[ServerEvent]:
+        """A piece of a function call: its item when it begins, then its arguments."""
+        out: list[ServerEvent] = []
+        item = r.calls.get(delta.index)
+        if item is None:
+            iid = self.ctx.new_id("item")
+            item = Item(iid, "assistant", [], "in_progress", "function_call", call_id=delta.call_id, name=delta.name)
+            r.calls[delta.index] = item
+            out += self._add(r, item)
+        if delta.arguments:
+            item.arguments += delta.arguments
+            out.append(FunctionCallArgumentsDelta(r.id, item.id, r.outputs.index(item), item.call_id, delta.arguments))
         return out
 
     def _view(
@@ -154,7 +191,7 @@ class Replies:
             r.id,
             status,
             details,
-            (r.item.view(),),
+            tuple(i.view() for i in r.outputs),
             self.ctx.session_id,
             r.modalities,
             self.ctx.settings.output_rate,
@@ -170,25 +207,32 @@ class Replies:
         r.active = False
         if self.active is r:
             self.active = None
-        item = r.item
-        item.status = "completed" if status == "completed" else "incomplete"
         out: list[ServerEvent] = []
-        part = item.content[0]
+        if not r.announced and not r.calls:
+            out += self._announce(r)  # a reply that said nothing still has its (empty) message
+        done = "completed" if status == "completed" else "incomplete"
+        conversation = self.ctx.conversation
+        for index, item in enumerate(r.outputs):
+            item.status = done
+            if item is r.item:
+                out += self._close_message(r, status)
+            else:
+                out.append(FunctionCallArgumentsDone(r.id, item.id, index, item.call_id, item.name, item.arguments))
+            prev = conversation.previous(item) if item.id in conversation else None
+            out += [OutputItemDone(r.id, index, item.view()), ItemDone(prev, item.view())]
+        if r.first_audio is not None:
+            timings = {**(timings or {}), "first_audio": round((r.first_audio - r.started) * 1000, 2)}
+        return [*out, ResponseDone(self._view(r, status, details, timings))]
+
+    def _close_message(self, r: Reply, status: str) -> list[ServerEvent]:
+        part = r.item.content[0]
+        out: list[ServerEvent] = []
         if part.audio:
             part.text = r.text if status == "completed" else r.text[: r.transcript_sent]
             out += [AudioDone(r.ref), AudioTranscriptDone(r.ref, part.text)]
         else:
             out.append(TextDone(r.ref, part.text or ""))
-        if r.first_audio is not None:
-            timings = {**(timings or {}), "first_audio": round((r.first_audio - r.started) * 1000, 2)}
-        conversation = self.ctx.conversation
-        prev = conversation.previous(item) if item.id in conversation else None
-        return out + [
-            ContentPartDone(r.ref, part.view()),
-            OutputItemDone(r.id, 0, item.view()),
-            ItemDone(prev, item.view()),
-            ResponseDone(self._view(r, status, details, timings)),
-        ]
+        return [*out, ContentPartDone(r.ref, part.view())]
 
     def cancel(self, r: Reply, reason: str) -> Output:
         """Retire the reply's epoch and end it as cancelled."""
@@ -229,7 +273,11 @@ class Replies:
         if r is None or not self.current(event):
             return []
         chunk: OutputChunk = event.payload
+        if chunk.call is not None:
+            return self._on_call(r, chunk.call)
         out: list[ServerEvent] = []
+        if not r.announced and (chunk.text or chunk.audio.length or chunk.words):
+            out += self._announce(r)
         if chunk.text:  # the thinker's text arrives with the audio that says it
             if len(r.text) + len(chunk.text) > self.ctx.limits.max_reply_chars:
                 # As long as a reply may be: end it like a length limit (the edge stops the pipeline).
@@ -290,7 +338,7 @@ class Replies:
     def being_heard(self, now: float) -> Reply | None:
         """The reply the user hears (or is about to) now, if any."""
         r = self.heard
-        if r is None or r.item.truncated_ms is not None:
+        if r is None or r.item.truncated_ms is not None or not r.announced:
             return None
         if r.active or not r.playout.finished(self._t(now)):
             return r
@@ -301,9 +349,8 @@ class Replies:
         is confirmed (the edge adopts it if :meth:`begin` then asks for the same)."""
         settings = self.ctx.settings
         request = SpeechRequest(PREPARED, "", options.voice, settings.speed, self.state)
-        return PrepareReply(
-            request, settings.output_rate, ThinkRequest(PREPARED, messages), "audio" in options.modalities
-        )
+        think = ThinkRequest(PREPARED, messages, tools=options.tools, tool_choice=options.tool_choice)
+        return PrepareReply(request, settings.output_rate, think, "audio" in options.modalities)
 
     def pause(self, onset: int, input_samples: int, now: float) -> list[ServerEvent]:
         """Speech began at input sample ``onset`` (decided at ``input_samples``): duck the
@@ -338,7 +385,7 @@ class Replies:
         """The user took the turn at input sample ``onset``: cancel the reply if it is
         still running and truncate it at what had been played by then."""
         r = self.heard
-        if r is None or r.item.truncated_ms is not None:
+        if r is None or r.item.truncated_ms is not None or not r.announced:
             return []
         if not r.active and not r.playout.paused and r.playout.finished(self._t(now)) and not r.ducked:
             return []  # it had been heard in full before the user spoke

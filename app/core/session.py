@@ -34,7 +34,7 @@ from duplex.app.core.limits import SessionLimits
 from duplex.app.core.pacing import SessionClock
 from duplex.app.core.protocol import ClientEvent, ProtocolError
 from duplex.app.core.replies import Replies, ReplyContext
-from duplex.app.core.settings import SessionSettings, VoiceCheck, apply_update, response_options
+from duplex.app.core.settings import SessionSettings, VoiceCheck, apply_update, function_tools, response_options
 from duplex.app.core.turn_taking import TurnTaking
 from duplex.app.core.units import samples_to_ms
 from duplex.pipeline.state import StateHandle
@@ -60,8 +60,11 @@ class Session:
         voice_activity: VoiceActivity | None = None,
         backend: tuple[str, str] = ("espeak", "builtin"),
         ears: Ears = DEAF,
+        tools: bool = True,
     ) -> None:
         self.id = session_id
+        self.tools = tools
+        """Whether the thinker calls function tools."""
         self.check_voice = check_voice
         self.limits = limits or SessionLimits()
         self.voice_activity = voice_activity
@@ -127,24 +130,39 @@ class Session:
                 f"session.instructions holds {len(instructions)} characters; at most {self.limits.max_item_chars}",
                 param="session.instructions",
             )
+        body, refused = self._usable_tools(data["session"], data.get("event_id"))
         before = self.settings
         self.ctx.settings = apply_update(
-            before, data["session"], check_voice=self.check_voice, audio_started=self.input_samples > 0
+            before, body, check_voice=self.check_voice, audio_started=self.input_samples > 0
         )
         if (before.turn_detection, before.input_rate) != (self.settings.turn_detection, self.settings.input_rate):
             self.intake.listen(self.settings)
-        out: Output = [SessionUpdated(self.id, self.settings)]
-        if data["session"].get("tools"):
-            # Said, not silently dropped; and not fatal to the rest of the update (an agent's
-            # instructions and voice must not be lost for want of tools).
-            unsupported = ProtocolError(
-                "tools_unsupported",
-                "this server's thinker does not call tools: session.tools is ignored; the rest of the update applies",
-                param="session.tools",
-                event_id=data.get("event_id"),
+        return [SessionUpdated(self.id, self.settings), *refused]
+
+    def _usable_tools(self, body: Data, event_id: str | None) -> tuple[Data, list[ServerEvent]]:
+        """The update without the tools this server cannot run, and the errors that say
+        so. Not fatal to the rest of the update: an agent's instructions and voice must
+        not be lost for want of a tool."""
+        if "tools" not in body:
+            return body, []
+        functions, others = function_tools(body["tools"])
+        refused: list[ServerEvent] = []
+        if others:
+            message = f"tools of type {sorted(set(others))} are not run by this server; the function tools apply"
+            refused.append(
+                Error(ProtocolError("unsupported_tool_type", message, param="session.tools", event_id=event_id))
             )
-            out.append(Error(unsupported))
-        return out
+        if functions and not self.tools:
+            message = (
+                "this server's thinker does not call tools: session.tools is ignored; the rest of the update applies"
+            )
+            refused.append(Error(ProtocolError("tools_unsupported", message, param="session.tools", event_id=event_id)))
+            functions = []
+        if refused:
+            body = {**body, "tools": functions}
+            if not functions:
+                body.pop("tool_choice", None)
+        return body, refused
 
     def _on_session_sync(self, data: Data, now: float) -> Output:
         # A client that syncs steps its own input clock (a replay, maybe faster
@@ -228,12 +246,23 @@ class Session:
         """The conversation as the thinker sees it: the instructions as the system
         prompt, then every item, assistant replies only as far as they were heard."""
         system = self.settings.instructions if instructions is None else instructions
-        out = [{"role": "system", "content": system}] if system else []
+        out: list[Message] = [{"role": "system", "content": system}] if system else []
         for item in self.conversation.items if items is None else items:
             if item.status == "in_progress":
                 continue
-            text = item.text()
-            if text or item.role == "user":  # an empty user turn is still a turn (heard as nothing)
+            if item.type == "function_call":
+                call = {
+                    "id": item.call_id,
+                    "type": "function",
+                    "function": {"name": item.name, "arguments": item.arguments},
+                }
+                if out and out[-1]["role"] == "assistant":  # the reply that made the call
+                    out[-1] = {**out[-1], "tool_calls": [*out[-1].get("tool_calls", []), call]}
+                else:
+                    out.append({"role": "assistant", "content": "", "tool_calls": [call]})
+            elif item.type == "function_call_output":
+                out.append({"role": "tool", "tool_call_id": item.call_id, "content": item.output})
+            elif (text := item.text()) or item.role == "user":  # an empty user turn is still a turn
                 out.append({"role": item.role, "content": text})
         return tuple(out)
 
@@ -303,6 +332,10 @@ class Session:
                 f"response {r.id} is still in progress; cancel it or wait for response.done",
             )
         opts = data.get("response") or {}
+        if opts.get("tools") and not self.tools:
+            raise ProtocolError(
+                "tools_unsupported", "this server's thinker does not call tools", param="response.tools"
+            )
         options = response_options(self.settings, opts, check_voice=self.check_voice)
         items = None
         if "input" in opts:  # an out-of-band response over the given items only

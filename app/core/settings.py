@@ -9,6 +9,7 @@ are rendered in :mod:`duplex.app.core.wire`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -81,6 +82,9 @@ class SessionSettings:
     binary_audio: bool = False
     """Extension: microphone audio may come as binary frames of raw PCM16, and each
     audio delta goes out as its JSON header followed by one binary frame."""
+    tools: tuple[dict[str, Any], ...] = ()
+    """Function tools the thinker may call (the Realtime shape)."""
+    tool_choice: str | dict[str, Any] = "auto"
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +96,8 @@ class ResponseOptions:
     instructions: str | None = None
     metadata: dict[str, str] | None = None
     """Echoed on the response (LiveKit finds its reply by ``metadata.client_event_id``)."""
+    tools: tuple[dict[str, Any], ...] = ()
+    tool_choice: str | dict[str, Any] = "auto"
 
 
 # -- fields ------------------------------------------------------------------
@@ -200,6 +206,59 @@ def _turn_detection(value: Any, param: str, current: TurnDetection | None) -> Tu
     return replace(base, **updates)
 
 
+_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+TOOL_CHOICES = ("auto", "none", "required")
+
+
+def tools(value: Any, param: str) -> tuple[dict[str, Any], ...]:
+    """Function tools: each ``{"type": "function", "name", "description"?, "parameters"?}``
+    (other tool kinds are refused by the caller before this, see :func:`function_tools`)."""
+    check_type(value, (list,), param)
+    out: list[dict[str, Any]] = []
+    for i, tool in enumerate(value):
+        tp = f"{param}[{i}]"
+        check_type(tool, (dict,), tp)
+        if tool.get("type", "function") != "function":
+            raise _bad(f"{tp}.type", f"{tp}.type {tool.get('type')!r} is not supported; only function tools")
+        name = tool.get("name")
+        if not isinstance(name, str) or not _TOOL_NAME.match(name):
+            raise _bad(f"{tp}.name", f"{tp}.name must be 1-64 letters, digits, '_' or '-'")
+        kept: dict[str, Any] = {"type": "function", "name": name}
+        if tool.get("description") is not None:
+            kept["description"] = _get(tool, "description", (str,), f"{tp}.description")
+        if tool.get("parameters") is not None:
+            kept["parameters"] = _get(tool, "parameters", (dict,), f"{tp}.parameters")
+        out.append(kept)
+    if len({t["name"] for t in out}) != len(out):
+        raise _bad(param, f"{param} names a function twice")
+    return tuple(out)
+
+
+def function_tools(value: Any) -> tuple[list[Any], list[str]]:
+    """Split a tools list into the function tools and the types of the others (MCP and
+    other hosted tools, which Duplex does not run)."""
+    if not isinstance(value, list):
+        return value, []
+    kinds = [t.get("type") if isinstance(t, dict) else None for t in value]
+    return [t for t, k in zip(value, kinds, strict=True) if k in (None, "function")], [
+        str(k) for k in kinds if k not in (None, "function")
+    ]
+
+
+def tool_choice(value: Any, param: str, offered: tuple[dict[str, Any], ...]) -> str | dict[str, Any]:
+    """``auto``, ``none``, ``required``, or ``{"type": "function", "name"}`` naming an offered tool."""
+    if isinstance(value, str):
+        if value not in TOOL_CHOICES:
+            raise _bad(param, f"{param} must be one of {list(TOOL_CHOICES)} or a function")
+        return value
+    check_type(value, (dict,), param)
+    if value.get("type") != "function" or not isinstance(value.get("name"), str):
+        raise _bad(param, f"{param} must name a function: {{'type': 'function', 'name': ...}}")
+    if value["name"] not in {t["name"] for t in offered}:
+        raise _bad(f"{param}.name", f"{param}.name {value['name']!r} is not among the tools")
+    return {"type": "function", "name": value["name"]}
+
+
 def _pacing(value: Any, param: str, current: Pacing) -> Pacing:
     check_type(value, (dict,), param)
     enabled = _get(value, "enabled", (bool,), f"{param}.enabled") if "enabled" in value else current.enabled
@@ -268,6 +327,11 @@ def apply_update(
         s = replace(s, binary_audio=_get(update, "binary_audio", (bool,), f"{p}.binary_audio"))
     if "pacing" in update:
         s = replace(s, pacing=_pacing(update["pacing"], f"{p}.pacing", s.pacing))
+    if "tools" in update:
+        s = replace(s, tools=tools(update["tools"], f"{p}.tools"))
+    if "tool_choice" in update or "tools" in update:
+        choice = update.get("tool_choice", s.tool_choice)
+        s = replace(s, tool_choice=tool_choice(choice, f"{p}.tool_choice", s.tools))
     return s
 
 
@@ -295,4 +359,8 @@ def response_options(current: SessionSettings, opts: dict[str, Any], *, check_vo
             isinstance(k, str) and isinstance(v, str) and len(k) <= 64 and len(v) <= 512 for k, v in metadata.items()
         ):
             raise _bad("response.metadata", "response.metadata must hold at most 16 string pairs (64/512 characters)")
-    return ResponseOptions(mods, chosen, instructions, metadata)
+    offered = tools(opts["tools"], "response.tools") if "tools" in opts else current.tools
+    choice = current.tool_choice
+    if "tool_choice" in opts or "tools" in opts:
+        choice = tool_choice(opts.get("tool_choice", choice), "response.tool_choice", offered)
+    return ResponseOptions(mods, chosen, instructions, metadata, offered, choice)

@@ -144,6 +144,25 @@ def part_object(part: PartView, beta: bool = False) -> dict[str, Any]:
 
 
 def item_object(item: ItemView, beta: bool = False) -> dict[str, Any]:
+    if item.type == "function_call":
+        return {
+            "id": item.id,
+            "object": "realtime.item",
+            "type": item.type,
+            "status": item.status,
+            "call_id": item.call_id,
+            "name": item.name,
+            "arguments": item.arguments,
+        }
+    if item.type == "function_call_output":
+        return {
+            "id": item.id,
+            "object": "realtime.item",
+            "type": item.type,
+            "status": item.status,
+            "call_id": item.call_id,
+            "output": item.output,
+        }
     return {
         "id": item.id,
         "object": "realtime.item",
@@ -173,6 +192,14 @@ def response_object(r: ResponseView, beta: bool = False) -> dict[str, Any]:
     return out
 
 
+# The beta protocol's session object allows only OpenAI's model names (its types are a
+# closed list); a session on any other model leaves the field out there.
+BETA_MODELS = frozenset({
+    "gpt-realtime", "gpt-realtime-2025-08-28", "gpt-4o-realtime-preview", "gpt-4o-realtime-preview-2024-10-01",
+    "gpt-4o-realtime-preview-2024-12-17", "gpt-4o-realtime-preview-2025-06-03", "gpt-4o-mini-realtime-preview",
+    "gpt-4o-mini-realtime-preview-2024-12-17",
+})  # fmt: skip
+
 _SERVER_VAD_ONLY = ("threshold", "prefix_padding_ms", "silence_duration_ms")
 
 
@@ -192,7 +219,7 @@ def session_object(session_id: str, s: SessionSettings, beta: bool = False) -> d
         return {
             "id": session_id,
             "object": "realtime.session",
-            "model": s.model,
+            **({"model": s.model} if s.model in BETA_MODELS else {}),
             "modalities": list(s.output_modalities),
             "instructions": s.instructions,
             "voice": s.voice,
@@ -202,6 +229,8 @@ def session_object(session_id: str, s: SessionSettings, beta: bool = False) -> d
             "input_audio_transcription": s.transcription,
             "turn_detection": _turn_object(s.turn_detection),
             "max_response_output_tokens": s.max_output_tokens,
+            "tools": [dict(t) for t in s.tools],
+            "tool_choice": s.tool_choice,
             "pacing": asdict(s.pacing),
             "binary_audio": s.binary_audio,
             "input_audio_rate": s.input_rate,
@@ -227,6 +256,8 @@ def session_object(session_id: str, s: SessionSettings, beta: bool = False) -> d
             },
         },
         "max_output_tokens": s.max_output_tokens,
+        "tools": [dict(t) for t in s.tools],
+        "tool_choice": s.tool_choice,
         "pacing": asdict(s.pacing),
         "binary_audio": s.binary_audio,
     }

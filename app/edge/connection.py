@@ -93,6 +93,7 @@ class Connection:
             voice_activity=backends.voice_activity,
             backend=(backends.talker.name, backends.talker.artifact_id),
             ears=ears_of(backends),
+            tools=getattr(backends.thinker, "tools", False),
         )
         self.session.clock.idle_s = cfg.input_idle_s
         self.wire = Wire(self.session.id, dialect, extensions=extensions)

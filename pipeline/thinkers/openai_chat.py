@@ -1,6 +1,9 @@
 """A thinker on any OpenAI-compatible ``/v1/chat/completions`` streaming endpoint
 (``vllm serve``, llama.cpp's server and others). Cancelling closes the HTTP
-stream; vLLM aborts a request whose client has gone."""
+stream; vLLM aborts a request whose client has gone. Function tools go to the
+endpoint as chat-completions tools; its streamed ``tool_calls`` come back as
+:class:`ToolCallDelta` pieces (``vllm serve`` forces a named or required call
+with structured output; ``auto`` needs its ``--enable-auto-tool-choice``)."""
 
 from __future__ import annotations
 
@@ -10,12 +13,14 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from duplex.pipeline.thinker import ThinkRequest
+from duplex.pipeline.tools import ToolCallDelta, calls_allowed, chat_tool_choice, chat_tools
 
 
 class OpenAIChatThinker:
     """Streams replies from a chat-completions endpoint."""
 
     name = "openai"
+    tools = True
 
     def __init__(
         self,
@@ -51,14 +56,14 @@ class OpenAIChatThinker:
         if served and self.model not in served:
             raise ValueError(f"the chat endpoint {self.url} serves {served}, not {self.model!r}")
 
-    def messages(self, request: ThinkRequest) -> list[dict[str, str]]:
+    def messages(self, request: ThinkRequest) -> list[dict[str, Any]]:
         msgs = [dict(m) for m in request.messages]
         if self.system_prompt and not any(m["role"] == "system" for m in msgs):
             msgs.insert(0, {"role": "system", "content": self.system_prompt})
         return msgs
 
-    async def think(self, request: ThinkRequest) -> AsyncIterator[str]:
-        body = {
+    async def think(self, request: ThinkRequest) -> AsyncIterator[str | ToolCallDelta]:
+        body: dict[str, Any] = {
             "model": self.model,
             "messages": self.messages(request),
             "stream": True,
@@ -67,6 +72,10 @@ class OpenAIChatThinker:
             **self.extra_body,
             **request.options,
         }
+        if calls_allowed(request.tools, request.tool_choice):
+            body["tools"] = chat_tools(request.tools)
+            body["tool_choice"] = chat_tool_choice(request.tool_choice)
+        calls: dict[int, tuple[str, str]] = {}  # index -> (call id, name), as the stream names them
         async with self._client.stream(
             "POST", "/v1/chat/completions", json=body, headers={"X-Request-Id": request.request_id}
         ) as response:
@@ -77,10 +86,15 @@ class OpenAIChatThinker:
                 if not line.startswith("data: ") or line == "data: [DONE]":
                     continue
                 choices = json.loads(line[6:]).get("choices") or []
-                if choices:
-                    delta = (choices[0].get("delta") or {}).get("content")
-                    if delta:
-                        yield delta
+                if not choices:
+                    continue
+                delta = choices[0].get("delta") or {}
+                if delta.get("content"):
+                    yield delta["content"]
+                for call in delta.get("tool_calls") or []:
+                    piece = _call_piece(call, calls, request.request_id)
+                    if piece is not None:
+                        yield piece
         # Leaving the block (a cancel included) closes the stream: the server aborts.
 
     async def running(self) -> int:
@@ -91,3 +105,15 @@ class OpenAIChatThinker:
 
     async def aclose(self) -> None:
         await self._client.aclose()
+
+
+def _call_piece(call: dict[str, Any], calls: dict[int, tuple[str, str]], request_id: str) -> ToolCallDelta | None:
+    """One streamed ``tool_calls`` entry as a call piece: the first names the call."""
+    index = int(call.get("index", 0))
+    fn = call.get("function") or {}
+    if index not in calls:
+        calls[index] = (call.get("id") or f"call_{request_id[-10:]}_{index}", fn.get("name") or "")
+    call_id, name = calls[index]
+    if not name and fn.get("name"):
+        calls[index] = (call_id, fn["name"])
+    return ToolCallDelta(index, *calls[index], fn.get("arguments") or "")
