@@ -179,3 +179,26 @@ def test_tools_are_refused_with_an_error_and_the_rest_of_the_update_applies():
     assert out[1]["error"]["code"] == "tools_unsupported" and out[1]["error"]["param"] == "session.tools"
     assert out[1]["error"]["event_id"] == "c7"
     assert [o["type"] for o in wire(s.feed(ev("session.update", session={"tools": []}), 0.0))] == ["session.updated"]
+
+
+def test_a_clients_truncate_after_the_servers_own_ends_in_one_cut():
+    s = Session("sess_test", 0.0)
+    a = start_reply(s, "one two three")
+    words = [WordMark(0, 3, 0), WordMark(4, 7, 12000), WordMark(8, 13, 36000)]
+    s.on_output(chunk(a.response_id, a.epoch, 0, 0, n=48000, words=words, text="one two three"), 0.0)
+    item = s.replies.active.item
+    cut = wire(s.replies.interrupt(0, 0.0))  # the server's barge-in: nothing had been played
+    assert cut[-1] == {**cut[-1], "type": "conversation.item.truncated", "audio_end_ms": 0}
+    # The client's truncate arrives after, at its own (later) position: no error, the same cut.
+    out = wire(s.feed(ev("conversation.item.truncate", item_id=item.id, content_index=0, audio_end_ms=900), 0.1))
+    assert [(o["type"], o.get("audio_end_ms")) for o in out] == [("conversation.item.truncated", 0)]
+    assert item.truncated_ms == 0 and item.content[0].text == ""
+
+    b = start_reply(s, "one two three")
+    s.on_output(chunk(b.response_id, b.epoch, 0, 0, n=48000, words=words, text="one two three"), 0.0)
+    item = s.replies.active.item
+    s.replies.cancel(s.replies.active, "turn_detected")
+    item.truncate(1600)  # cut by the server at 1.6 s: "one two" heard
+    out = wire(s.feed(ev("conversation.item.truncate", item_id=item.id, content_index=0, audio_end_ms=400), 0.1))
+    assert [(o["type"], o.get("audio_end_ms")) for o in out] == [("conversation.item.truncated", 400)]
+    assert item.content[0].text == "one", "the client heard less: the earlier cut wins, words and all"

@@ -22,7 +22,15 @@ RESPONSE = ev.ResponseView(
 
 SAMPLES: list[ev.ServerEvent] = [
     ev.SessionCreated("sess_1", SessionSettings()),
-    ev.SessionUpdated("sess_1", SessionSettings(instructions="Be brief.", tools=TOOLS, tool_choice="required")),
+    ev.SessionUpdated(
+        "sess_1",
+        SessionSettings(
+            instructions="Be brief.",
+            tools=TOOLS,
+            tool_choice="required",
+            truncation={"type": "retention_ratio", "retention_ratio": 0.5, "token_limits": {"post_instructions": 900}},
+        ),
+    ),
     ev.SessionSynced("sim3", 4800, 200),
     ev.Error(ProtocolError("invalid_value", "bad", param="session.voice", event_id="c1")),
     ev.ItemAdded(None, USER_ITEM),
@@ -35,6 +43,7 @@ SAMPLES: list[ev.ServerEvent] = [
     ev.TranscriptionFailed("item_1", 0, "worker died"),
     ev.BufferCommitted(None, "item_1"),
     ev.BufferCleared(),
+    ev.BufferTimeoutTriggered(1200, 6200, "item_5"),
     ev.SpeechStarted(100, "item_1"),
     ev.SpeechStopped(900, "item_1"),
     ev.ResponseCreated(
@@ -158,6 +167,7 @@ def test_every_standard_event_validates_against_the_beta_types_in_a_beta_session
                 continue
             adapter.validate_python(body)
             checked.add(event.type)
-    assert checked == {e.type for e in SAMPLES} - EXTENSIONS - {"conversation.item.done"}
+    ga_only = {"conversation.item.done", "input_audio_buffer.timeout_triggered"}
+    assert checked == {e.type for e in SAMPLES} - EXTENSIONS - ga_only
     named = wire.to_dict(ev.SessionCreated("sess_1", SessionSettings(model="gpt-4o-realtime-preview")))
     assert adapter.validate_python(named).session.model == "gpt-4o-realtime-preview"

@@ -49,7 +49,8 @@ class ResponseView:
     status: str
     status_details: dict[str, Any] | None
     output: tuple[ItemView, ...]
-    conversation_id: str
+    conversation_id: str | None
+    """None for an out-of-band response."""
     modalities: tuple[str, ...]
     output_rate: int
     voice: str
@@ -183,6 +184,17 @@ class BufferCleared:
 class SpeechStarted:
     type: ClassVar[str] = "input_audio_buffer.speech_started"
     audio_start_ms: int
+    item_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class BufferTimeoutTriggered:
+    """No speech for ``idle_timeout_ms`` after the last reply: the silence is committed
+    as a turn (and answered, with ``create_response``)."""
+
+    type: ClassVar[str] = "input_audio_buffer.timeout_triggered"
+    audio_start_ms: int
+    audio_end_ms: int
     item_id: str
 
 
@@ -344,7 +356,7 @@ ServerEvent = (
     SessionCreated | SessionUpdated | SessionSynced | Error
     | ItemAdded | ItemDone | ItemRetrieved | ItemDeleted | ItemTruncated
     | TranscriptionCompleted | TranscriptionDelta | TranscriptionFailed
-    | BufferCommitted | BufferCleared | SpeechStarted | SpeechStopped
+    | BufferCommitted | BufferCleared | BufferTimeoutTriggered | SpeechStarted | SpeechStopped
     | ResponseCreated | ResponseDone | OutputItemAdded | OutputItemDone | ContentPartAdded | ContentPartDone
     | AudioDelta | AudioDone | AudioTranscriptDelta | AudioTranscriptDone | TextDelta | TextDone
     | FunctionCallArgumentsDelta | FunctionCallArgumentsDone

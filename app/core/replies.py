@@ -102,6 +102,8 @@ class Reply:
     """The response's output items in order: its message once announced, its function calls."""
     calls: dict[int, Item] = field(default_factory=dict)
     """Function calls by the thinker's call index."""
+    out_of_band: bool = False
+    """Its items stay out of the conversation (``conversation: "none"``)."""
 
     @property
     def announced(self) -> bool:
@@ -146,6 +148,7 @@ class Replies:
         rid = ctx.new_id("resp")
         playout = Playout(settings.output_rate, settings.pacing.lead_ms / 1000)
         r = Reply(rid, item, self.epoch, options.modalities, "", options.voice, playout, now, metadata=options.metadata)
+        r.out_of_band = options.out_of_band
         self.active = r
         if audio:
             self.heard = r
@@ -159,11 +162,14 @@ class Replies:
 
     def _add(self, r: Reply, item: Item) -> list[ServerEvent]:
         """Put one of the reply's output items into the conversation and the response."""
+        r.outputs.append(item)
+        added = OutputItemAdded(r.id, len(r.outputs) - 1, item.view())
+        if r.out_of_band:
+            return [added]
         conversation, lim = self.ctx.conversation, self.ctx.limits
         prev = conversation.add(item)
-        room = conversation.make_room(lim.max_items, lim.max_conversation_chars, {i.id for i in (*r.outputs, item)})
-        r.outputs.append(item)
-        return [*room, OutputItemAdded(r.id, len(r.outputs) - 1, item.view()), ItemAdded(prev, item.view())]
+        room = conversation.make_room(lim.max_items, lim.max_conversation_chars, {i.id for i in r.outputs})
+        return [*room, added, ItemAdded(prev, item.view())]
 
     def _announce(self, r: Reply) -> list[ServerEvent]:
         """The reply's message item and its content part."""
@@ -192,7 +198,7 @@ class Replies:
             status,
             details,
             tuple(i.view() for i in r.outputs),
-            self.ctx.session_id,
+            None if r.out_of_band else self.ctx.session_id,
             r.modalities,
             self.ctx.settings.output_rate,
             r.voice,
@@ -218,8 +224,9 @@ class Replies:
                 out += self._close_message(r, status)
             else:
                 out.append(FunctionCallArgumentsDone(r.id, item.id, index, item.call_id, item.name, item.arguments))
-            prev = conversation.previous(item) if item.id in conversation else None
-            out += [OutputItemDone(r.id, index, item.view()), ItemDone(prev, item.view())]
+            out.append(OutputItemDone(r.id, index, item.view()))
+            if not r.out_of_band and item.id in conversation:
+                out.append(ItemDone(conversation.previous(item), item.view()))
         if r.first_audio is not None:
             timings = {**(timings or {}), "first_audio": round((r.first_audio - r.started) * 1000, 2)}
         return [*out, ResponseDone(self._view(r, status, details, timings))]

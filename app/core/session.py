@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from duplex.app.core.actions import Action, Sync
+from duplex.app.core.context import chat_messages
 from duplex.app.core.conversation import Conversation, Item, parse_item
 from duplex.app.core.ears import DEAF, Ears
 from duplex.app.core.events import (
@@ -24,6 +25,7 @@ from duplex.app.core.events import (
     ItemDeleted,
     ItemDone,
     ItemRetrieved,
+    ItemTruncated,
     ServerEvent,
     SessionCreated,
     SessionSynced,
@@ -191,7 +193,8 @@ class Session:
     def hear(self, raw: bytes, now: float) -> Output:
         """Accepted audio, in order (in slices if the edge likes)."""
         replying = self.replies.being_heard(now) is not None
-        return self.turns.on_signals(self.intake.hear(raw, self.settings.input_rate, now, replying=replying), now)
+        out = self.turns.on_signals(self.intake.hear(raw, self.settings.input_rate, now, replying=replying), now)
+        return out + self.turns.idle(now)
 
     def _on_input_audio_buffer_append(self, data: Data, now: float) -> Output:
         raw = self.audio_of(ClientEvent("input_audio_buffer.append", data))
@@ -244,27 +247,11 @@ class Session:
 
     def messages(self, items: list[Item] | None = None, instructions: str | None = None) -> tuple[Message, ...]:
         """The conversation as the thinker sees it: the instructions as the system
-        prompt, then every item, assistant replies only as far as they were heard."""
+        prompt, then every item, assistant replies only as far as they were heard,
+        cut to fit as the session's ``truncation`` says."""
         system = self.settings.instructions if instructions is None else instructions
-        out: list[Message] = [{"role": "system", "content": system}] if system else []
-        for item in self.conversation.items if items is None else items:
-            if item.status == "in_progress":
-                continue
-            if item.type == "function_call":
-                call = {
-                    "id": item.call_id,
-                    "type": "function",
-                    "function": {"name": item.name, "arguments": item.arguments},
-                }
-                if out and out[-1]["role"] == "assistant":  # the reply that made the call
-                    out[-1] = {**out[-1], "tool_calls": [*out[-1].get("tool_calls", []), call]}
-                else:
-                    out.append({"role": "assistant", "content": "", "tool_calls": [call]})
-            elif item.type == "function_call_output":
-                out.append({"role": "tool", "tool_call_id": item.call_id, "content": item.output})
-            elif (text := item.text()) or item.role == "user":  # an empty user turn is still a turn
-                out.append({"role": item.role, "content": text})
-        return tuple(out)
+        chosen = self.conversation.items if items is None else items
+        return chat_messages(chosen, system, self.settings.truncation, self.limits.max_conversation_chars)
 
     def _on_playback_ack(self, data: Data, now: float) -> Output:
         played, stamped = data["played_samples"], data["input_samples"]
@@ -315,7 +302,15 @@ class Session:
         if data["content_index"] != 0:
             raise ProtocolError("invalid_value", "content_index must be 0", param="content_index")
         end_ms = data["audio_end_ms"]
-        if not 0 <= end_ms <= item.audio_ms:
+        if end_ms < 0:
+            raise ProtocolError("invalid_value", "audio_end_ms must be >= 0", param="audio_end_ms")
+        if item.truncated_ms is not None:
+            # Cut already (the server's barge-in, on the input clock, usually beats a client's
+            # own truncate, on its wall clock): the item keeps one cut, the earlier of the two.
+            if end_ms < item.truncated_ms:
+                item.truncate(end_ms)
+            return [ItemTruncated(item.id, 0, item.truncated_ms or 0)]
+        if end_ms > item.audio_ms:
             raise ProtocolError(
                 "invalid_value",
                 f"audio_end_ms {end_ms} is past the end of the item's audio ({item.audio_ms} ms)",
@@ -338,11 +333,14 @@ class Session:
             )
         options = response_options(self.settings, opts, check_voice=self.check_voice)
         items = None
-        if "input" in opts:  # an out-of-band response over the given items only
+        if "input" in opts:  # a context of its own: the given items (or references to the conversation's)
             if not isinstance(opts["input"], list) or not all(isinstance(x, dict) for x in opts["input"]):
                 raise ProtocolError("invalid_type", "response.input must be an array of items", param="response.input")
             items = [
-                parse_item(x, f"input_{i}", max_chars=self.limits.max_item_chars) for i, x in enumerate(opts["input"])
+                self.conversation.get(x.get("id", ""))
+                if x.get("type") == "item_reference"
+                else parse_item(x, f"input_{i}", max_chars=self.limits.max_item_chars)
+                for i, x in enumerate(opts["input"])
             ]
         return list(self.replies.begin(self.messages(items, options.instructions), options, now))
 

@@ -85,6 +85,9 @@ class SessionSettings:
     tools: tuple[dict[str, Any], ...] = ()
     """Function tools the thinker may call (the Realtime shape)."""
     tool_choice: str | dict[str, Any] = "auto"
+    truncation: str | dict[str, Any] = "auto"
+    """How the thinker's context is cut when the conversation outgrows it (see
+    :func:`duplex.app.core.context.fit`): ``auto``, ``disabled`` or a retention ratio."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +101,8 @@ class ResponseOptions:
     """Echoed on the response (LiveKit finds its reply by ``metadata.client_event_id``)."""
     tools: tuple[dict[str, Any], ...] = ()
     tool_choice: str | dict[str, Any] = "auto"
+    out_of_band: bool = False
+    """``conversation: "none"``: the reply's items stay out of the conversation."""
 
 
 # -- fields ------------------------------------------------------------------
@@ -259,6 +264,28 @@ def tool_choice(value: Any, param: str, offered: tuple[dict[str, Any], ...]) -> 
     return {"type": "function", "name": value["name"]}
 
 
+def truncation(value: Any, param: str) -> str | dict[str, Any]:
+    """``auto``, ``disabled`` or ``{"type": "retention_ratio", "retention_ratio": 0..1,
+    "token_limits": {"post_instructions": N}?}``."""
+    if value in ("auto", "disabled"):
+        return str(value)
+    check_type(value, (dict,), param)
+    if value.get("type") != "retention_ratio":
+        raise _bad(f"{param}.type", f"{param} must be 'auto', 'disabled' or a retention_ratio object")
+    out: dict[str, Any] = {
+        "type": "retention_ratio",
+        "retention_ratio": _in_range(value.get("retention_ratio"), (float,), 0.0, 1.0, f"{param}.retention_ratio"),
+    }
+    limits = value.get("token_limits")
+    if limits is not None:
+        check_type(limits, (dict,), f"{param}.token_limits")
+        post = limits.get("post_instructions")
+        if post is not None:
+            _in_range(post, (int,), 1, 10_000_000, f"{param}.token_limits.post_instructions")
+        out["token_limits"] = {"post_instructions": post}
+    return out
+
+
 def _pacing(value: Any, param: str, current: Pacing) -> Pacing:
     check_type(value, (dict,), param)
     enabled = _get(value, "enabled", (bool,), f"{param}.enabled") if "enabled" in value else current.enabled
@@ -327,6 +354,8 @@ def apply_update(
         s = replace(s, binary_audio=_get(update, "binary_audio", (bool,), f"{p}.binary_audio"))
     if "pacing" in update:
         s = replace(s, pacing=_pacing(update["pacing"], f"{p}.pacing", s.pacing))
+    if "truncation" in update:
+        s = replace(s, truncation=truncation(update["truncation"], f"{p}.truncation"))
     if "tools" in update:
         s = replace(s, tools=tools(update["tools"], f"{p}.tools"))
     if "tool_choice" in update or "tools" in update:
@@ -359,8 +388,11 @@ def response_options(current: SessionSettings, opts: dict[str, Any], *, check_vo
             isinstance(k, str) and isinstance(v, str) and len(k) <= 64 and len(v) <= 512 for k, v in metadata.items()
         ):
             raise _bad("response.metadata", "response.metadata must hold at most 16 string pairs (64/512 characters)")
+    conversation = opts.get("conversation", "auto")
+    if conversation not in ("auto", "none"):
+        raise _bad("response.conversation", "response.conversation must be 'auto' or 'none'")
     offered = tools(opts["tools"], "response.tools") if "tools" in opts else current.tools
     choice = current.tool_choice
     if "tool_choice" in opts or "tools" in opts:
         choice = tool_choice(opts.get("tool_choice", choice), "response.tool_choice", offered)
-    return ResponseOptions(mods, chosen, instructions, metadata, offered, choice)
+    return ResponseOptions(mods, chosen, instructions, metadata, offered, choice, conversation == "none")

@@ -20,6 +20,7 @@ from duplex.app.core.actions import Action, DropPrepared, PredictTurn, Transcrib
 from duplex.app.core.conversation import Conversation, Item, Part
 from duplex.app.core.events import (
     BufferCommitted,
+    BufferTimeoutTriggered,
     ServerEvent,
     SpeechStarted,
     SpeechStopped,
@@ -45,6 +46,7 @@ from duplex.app.core.signals import (
     Turn,
 )
 from duplex.app.core.transcripts import Candidate, Transcripts
+from duplex.app.core.units import ms_to_samples
 from duplex.pipeline.thinker import Message
 
 Output = list[ServerEvent | Action]
@@ -88,6 +90,7 @@ class TurnTaking:
         self.transcripts = Transcripts()
         self._prepared = False  # a reply was prepared for the current pause
         self._audio_ms: dict[str, int] = {}  # committed turns' audio, for their transcript's usage
+        self._quiet_from = 0  # input sample since which nobody has spoken (for idle_timeout_ms)
 
     def on_signals(self, signals: list[Signal], now: float) -> Output:
         out: Output = []
@@ -120,6 +123,36 @@ class TurnTaking:
             elif isinstance(sig, Continued):
                 self.transcripts.candidate = None
                 out += self._drop_prepared()
+        return out
+
+    def idle(self, now: float) -> Output:
+        """``idle_timeout_ms`` of input with nobody speaking since the last reply was heard:
+        say so, commit the silence as the user's (empty) turn and answer it."""
+        s = self.s
+        td, listener = s.settings.turn_detection, s.intake.listener
+        busy = (
+            listener is None
+            or listener.in_speech
+            or s.replies.active is not None
+            or s.replies.being_heard(now) is not None
+            or bool(self.transcribing)
+        )
+        if td is None or td.idle_timeout_ms is None or busy:
+            self._quiet_from = s.input_samples
+            return []
+        if s.input_samples - self._quiet_from < ms_to_samples(td.idle_timeout_ms, s.settings.input_rate):
+            return []
+        start, self._quiet_from = self._quiet_from, s.input_samples
+        item = Item(s.new_id("item"), "user", [Part("input_audio", "")])
+        prev = s.conversation.add(item)
+        out: Output = [
+            BufferTimeoutTriggered(s.ms(start), s.ms(s.input_samples), item.id),
+            BufferCommitted(prev, item.id),
+            *s.item_added(item, prev),
+            *s.make_room(item),
+        ]
+        if td.create_response:
+            out += s.replies.begin(s.messages(), response_options(s.settings, {}, check_voice=s.check_voice), now)
         return out
 
     def commit(

@@ -19,6 +19,7 @@ from duplex.app.core.events import (
     AudioDucked,
     AudioPaused,
     AudioResumed,
+    BufferTimeoutTriggered,
     ContentPartAdded,
     ContentPartDone,
     ContentRef,
@@ -49,7 +50,7 @@ BETA_NAMES = {
     "conversation.item.added": "conversation.item.created",
 }
 # GA events the beta protocol does not have; beta clients do not get them.
-GA_ONLY: tuple[type[ServerEvent], ...] = (ItemDone,)
+GA_ONLY: tuple[type[ServerEvent], ...] = (ItemDone, BufferTimeoutTriggered)
 _BETA_PART_TYPES = {"output_audio": "audio", "output_text": "text"}
 _TEXT_PARTS = {"input_text", "output_text", "text"}
 
@@ -258,6 +259,7 @@ def session_object(session_id: str, s: SessionSettings, beta: bool = False) -> d
         "max_output_tokens": s.max_output_tokens,
         "tools": [dict(t) for t in s.tools],
         "tool_choice": s.tool_choice,
+        "truncation": s.truncation,
         "pacing": asdict(s.pacing),
         "binary_audio": s.binary_audio,
     }
