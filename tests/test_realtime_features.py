@@ -3,8 +3,16 @@ audio, and a client's truncation racing the server's own; each over a real WebSo
 
 from __future__ import annotations
 
+import base64
+import re
+
+import numpy as np
+import pytest
+
 from duplex.app.clients.realtime import RealtimeClient
 from duplex.app.clients.simulated import SimulatedClient
+from duplex.app.harness.voices import load_corpus, resample
+from duplex.pipeline import g711
 
 
 async def test_idle_timeout_commits_the_silence_and_answers_it(server):
@@ -89,3 +97,71 @@ def test_truncation_cuts_the_thinkers_context_as_openai_defines_it():
     assert len(s.messages()) == 11
     out = s.feed(ev("session.update", session={"truncation": {"type": "retention_ratio", "retention_ratio": 2.0}}), 0.0)
     assert out[0].error.param == "session.truncation.retention_ratio"
+
+
+@pytest.mark.parametrize(
+    ("dialect", "session", "law"),
+    [
+        (
+            "ga",
+            {
+                "audio": {
+                    "input": {"format": {"type": "audio/pcmu"}, "turn_detection": {"type": "server_vad"}},
+                    "output": {"format": {"type": "audio/pcmu"}},
+                }
+            },
+            "pcmu",
+        ),
+        (
+            "beta",
+            {
+                "input_audio_format": "g711_alaw",
+                "output_audio_format": "g711_alaw",
+                "turn_detection": {"type": "server_vad"},
+            },
+            "pcma",
+        ),
+    ],
+)
+async def test_a_telephone_call_in_g711(server, dialect, session, law):
+    """A human telephone recording, sent as 8 kHz G.711, is heard and answered in G.711."""
+    clip = load_corpus()["human_allison_vm-nobodyavail"]
+    phone = resample(clip.pcm, clip.rate, g711.RATE)
+    c = await RealtimeClient.connect(server.port, beta=dialect == "beta")
+    updated = await c.update(**session)
+    if dialect == "ga":
+        assert updated["session"]["audio"]["input"]["format"] == {"type": "audio/pcmu"}
+    else:
+        assert updated["session"]["output_audio_format"] == "g711_alaw"
+    line = np.concatenate([np.zeros(g711.RATE // 2, np.int16), phone, np.zeros(g711.RATE * 2, np.int16)])
+    for i in range(0, line.size, 1600):  # 200 ms packets
+        await c.send("input_audio_buffer.append", audio=base64.b64encode(g711.encode(line[i : i + 1600], law)).decode())
+    heard = await c.until("conversation.item.input_audio_transcription.completed")
+    words = set(re.findall(r"[a-z]+", heard["transcript"].lower()))
+    assert len(words & set(re.findall(r"[a-z]+", (clip.text or "").lower()))) >= 6, heard["transcript"]
+    done = (await c.until("response.done"))["response"]
+    assert done["status"] == "completed"
+    delta_type = "response.audio.delta" if dialect == "beta" else "response.output_audio.delta"
+    reply = b"".join(base64.b64decode(e["delta"]) for e in c.events if e["type"] == delta_type)
+    pcm = g711.decode(reply, law)
+    spoken = done["output"][0]["content"][0]["transcript"]
+    # One byte per 8 kHz sample: a byte per 16-bit sample or a 24 kHz rate would be 2-3x this.
+    assert 0.03 * g711.RATE * len(spoken) < pcm.size < 0.12 * g711.RATE * len(spoken), (pcm.size, spoken)
+    assert np.sqrt(np.mean(pcm.astype(np.float64) ** 2)) > 300, "it is speech, not noise or silence"
+    await c.close()
+
+
+def test_g711_is_the_reference_codec_bit_for_bit():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import audioop  # the reference implementation (CPython's, through 3.12)
+
+    every = np.arange(-32768, 32768, dtype=np.int16)
+    for law, encode, decode in (
+        ("pcmu", audioop.lin2ulaw, audioop.ulaw2lin),
+        ("pcma", audioop.lin2alaw, audioop.alaw2lin),
+    ):
+        assert g711.encode(every, law) == encode(every.tobytes(), 2)
+        assert g711.decode(bytes(range(256)), law).tobytes() == decode(bytes(range(256)), 2)

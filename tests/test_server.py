@@ -125,8 +125,9 @@ async def test_bad_input_gets_named_errors_and_loses_nothing(make_server):
     await expect("invalid_audio", c.send("input_audio_buffer.append", audio="!!not base64!!"), param="audio")
     await expect("invalid_audio", c.send("input_audio_buffer.append", audio="AAAA"), param="audio")  # 3 bytes
     await expect(
-        "unsupported_format",
-        c.send("session.update", session={"audio": {"output": {"format": {"type": "audio/pcmu"}}}}),
+        "invalid_value",
+        c.send("session.update", session={"audio": {"output": {"format": {"type": "audio/opus"}}}}),
+        param="session.audio.output.format",
     )
     await expect(
         "unsupported_rate",

@@ -93,13 +93,13 @@ class Item:
         return kept
 
 
-def decode_audio(b64: str, param: str) -> bytes:
-    """Base64 PCM16 from the client, checked for shape."""
+def decode_audio(b64: str, param: str, *, pcm16: bool = True) -> bytes:
+    """Base64 audio from the client (PCM16 unless ``pcm16`` is false: G.711), checked for shape."""
     try:
         raw = base64.b64decode(b64, validate=True)
     except (binascii.Error, ValueError):
         raise ProtocolError("invalid_audio", f"{param} is not valid base64", param=param) from None
-    if len(raw) % 2:
+    if pcm16 and len(raw) % 2:
         raise ProtocolError(
             "invalid_audio", f"{param} has an odd number of bytes ({len(raw)}); PCM16 needs whole samples", param=param
         )

@@ -58,6 +58,7 @@ class ResponseView:
     """Extension: the reply's latency report (ms from its start)."""
     metadata: dict[str, str] | None = None
     """What the ``response.create`` asked to have echoed."""
+    output_format: str = "pcm16"
 
 
 @dataclass(frozen=True, slots=True)

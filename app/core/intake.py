@@ -19,6 +19,7 @@ from duplex.app.core.pacing import SessionClock
 from duplex.app.core.protocol import ClientEvent, ProtocolError
 from duplex.app.core.settings import SessionSettings
 from duplex.app.core.signals import Signal
+from duplex.pipeline.g711 import TelephoneInput
 from duplex.pipeline.voice_activity import VoiceActivity
 
 
@@ -44,6 +45,7 @@ class Intake:
         self._budget = limits.input_burst_s  # seconds of input the client may send now
         self._budget_at = now
         self._accepted = 0  # bytes admitted but not heard yet
+        self._telephone: TelephoneInput | None = None  # G.711 input, decoded and brought to the heard rate
 
     def listen(self, settings: SessionSettings) -> None:
         """Server VAD per the settings (from the current input sample), or none."""
@@ -55,16 +57,24 @@ class Intake:
         self.listener = Listener(self.voice_activity, settings.input_rate, td, start=self.samples, ears=self.ears)
 
     def audio_of(self, message: ClientEvent | bytes, settings: SessionSettings) -> bytes:
-        """The PCM16 an append event or a binary frame carries (raises ProtocolError)."""
+        """The PCM16 an append event or a binary frame carries, at the session's input
+        rate (G.711 is decoded and resampled here; raises ProtocolError)."""
+        law = settings.input_format if settings.input_format != "pcm16" else None
         if isinstance(message, ClientEvent):
-            return decode_audio(message.data["audio"], "audio")
-        if not settings.binary_audio:
+            raw = decode_audio(message.data["audio"], "audio", pcm16=law is None)
+        elif not settings.binary_audio:
             raise ProtocolError(
                 "binary_not_enabled", "binary frames carry audio only after session.update sets binary_audio: true"
             )
-        if len(message) % 2:
+        elif law is None and len(message) % 2:
             raise ProtocolError("invalid_audio", f"binary audio frame has an odd number of bytes ({len(message)})")
-        return message
+        else:
+            raw = message
+        if law is None:
+            return raw
+        if self._telephone is None or self._telephone.law != law:
+            self._telephone = TelephoneInput(law)
+        return self._telephone.pcm(raw)
 
     def accept(self, raw: bytes, rate: int, now: float) -> None:
         """Admit one chunk under the session's limits, whole or not at all (raises

@@ -204,6 +204,7 @@ class Replies:
             r.voice,
             timings,
             r.metadata,
+            self.ctx.settings.output_format,
         )
 
     def finish(

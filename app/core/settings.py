@@ -17,7 +17,10 @@ from typing import Any
 from duplex.app.core.protocol import ProtocolError, check_type
 
 PCM_FORMATS = {"audio/pcm", "pcm16"}
-G711_FORMATS = {"audio/pcmu", "audio/pcma", "g711_ulaw", "g711_alaw"}
+G711_FORMATS = {"audio/pcmu": "pcmu", "audio/pcma": "pcma", "g711_ulaw": "pcmu", "g711_alaw": "pcma"}
+"""G.711 by its GA and beta names: 8 kHz on the wire; heard at 16 kHz (see pipeline.g711)."""
+G711_WIRE_RATE = 8000
+G711_HEARD_RATE = 16000
 INPUT_RATES = (16000, 24000)
 OUTPUT_RATES = (8000, 16000, 22050, 24000, 44100, 48000)
 MODALITIES = frozenset({"audio", "text"})
@@ -74,7 +77,11 @@ class SessionSettings:
     voice: str = "alloy"
     speed: float = 1.0
     input_rate: int = 24000
+    """The rate input is heard at (G.711 arrives at 8 kHz and is heard at 16 kHz)."""
     output_rate: int = 24000
+    input_format: str = "pcm16"
+    """``pcm16``, or G.711: ``pcmu`` (μ-law) or ``pcma`` (A-law)."""
+    output_format: str = "pcm16"
     turn_detection: TurnDetection | None = field(default_factory=TurnDetection)
     transcription: dict[str, Any] | None = None
     pacing: Pacing = field(default_factory=Pacing)
@@ -141,36 +148,41 @@ def _in_range(value: Any, types: tuple[type, ...], lo: float, hi: float, param: 
     return value
 
 
-def _format(value: Any, param: str, rates: tuple[int, ...], current: int) -> int:
-    """Validate an audio format (GA object or beta string); return its rate."""
+def _format(value: Any, param: str, rates: tuple[int, ...], current: int, g711_rate: int) -> tuple[str, int]:
+    """Validate an audio format (GA object or beta string); return its encoding and rate."""
     if isinstance(value, str):
-        kind, rate = value, current
+        kind, rate = value, None
     else:
         check_type(value, (dict,), param)
         kind = _get(value, "type", (str,), f"{param}.type") if "type" in value else "audio/pcm"
-        rate = _get(value, "rate", (int,), f"{param}.rate") if "rate" in value else current
+        rate = _get(value, "rate", (int,), f"{param}.rate") if "rate" in value else None
     if kind in G711_FORMATS:
-        raise _bad(param, f"{param}: {kind} is not supported; use audio/pcm", "unsupported_format")
+        if rate not in (None, G711_WIRE_RATE):
+            raise _bad(f"{param}.rate", f"{param}: {kind} is {G711_WIRE_RATE} Hz", "unsupported_rate")
+        return G711_FORMATS[kind], g711_rate
     if kind not in PCM_FORMATS:
         raise _bad(param, f"{param}: unknown audio format {kind!r}")
+    rate = current if rate is None else rate
     if rate not in rates:
         raise _bad(f"{param}.rate", f"{param}: rate {rate} is not supported (one of {list(rates)})", "unsupported_rate")
-    return int(rate)
+    return "pcm16", int(rate)
 
 
-def _side_rate(
+def _side_format(
     update: dict[str, Any], audio_side: dict[str, Any], side: str, rates: tuple[int, ...], current: int
-) -> int | None:
-    """The rate an update sets for one side (GA ``audio.<side>.format`` or beta
+) -> tuple[str, int] | None:
+    """The format an update sets for one side (GA ``audio.<side>.format`` or beta
     ``<side>_audio_format`` + ``<side>_audio_rate``), or None if it sets none."""
-    rate = None
+    g711_rate = G711_HEARD_RATE if side == "input" else G711_WIRE_RATE
+    chosen = None
     if "format" in audio_side:
-        rate = _format(audio_side["format"], f"session.audio.{side}.format", rates, current)
+        chosen = _format(audio_side["format"], f"session.audio.{side}.format", rates, current, g711_rate)
     if f"{side}_audio_format" in update:
-        rate = _format(update[f"{side}_audio_format"], f"session.{side}_audio_format", rates, current)
-        if f"{side}_audio_rate" in update:
-            rate = _format({"rate": update[f"{side}_audio_rate"]}, f"session.{side}_audio_rate", rates, current)
-    return rate
+        chosen = _format(update[f"{side}_audio_format"], f"session.{side}_audio_format", rates, current, g711_rate)
+        if f"{side}_audio_rate" in update and chosen[0] == "pcm16":
+            rate = {"rate": update[f"{side}_audio_rate"]}
+            chosen = _format(rate, f"session.{side}_audio_rate", rates, current, g711_rate)
+    return chosen
 
 
 _TURN_RANGES: tuple[tuple[str, tuple[type, ...], float, float], ...] = (
@@ -324,14 +336,14 @@ def apply_update(
     check_type(a_in, (dict,), f"{p}.audio.input")
     check_type(a_out, (dict,), f"{p}.audio.output")
 
-    rate = _side_rate(update, a_in, "input", INPUT_RATES, s.input_rate)
-    if rate is not None:
-        if rate != s.input_rate and audio_started:
-            raise _bad(f"{p}.audio.input.format", "the input rate cannot change once audio has been received")
-        s = replace(s, input_rate=rate)
-    rate = _side_rate(update, a_out, "output", OUTPUT_RATES, s.output_rate)
-    if rate is not None:
-        s = replace(s, output_rate=rate)
+    chosen = _side_format(update, a_in, "input", INPUT_RATES, s.input_rate)
+    if chosen is not None:
+        if chosen != (s.input_format, s.input_rate) and audio_started:
+            raise _bad(f"{p}.audio.input.format", "the input format cannot change once audio has been received")
+        s = replace(s, input_format=chosen[0], input_rate=chosen[1])
+    chosen = _side_format(update, a_out, "output", OUTPUT_RATES, s.output_rate)
+    if chosen is not None:
+        s = replace(s, output_format=chosen[0], output_rate=chosen[1])
     for obj, param in ((a_out, f"{p}.audio.output"), (update, p)):
         if "voice" in obj:
             s = replace(s, voice=voice(obj["voice"], f"{param}.voice", check_voice))

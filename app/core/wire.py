@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import base64
 import json
-from dataclasses import asdict, fields
+from dataclasses import asdict, fields, replace
 from typing import Any
+
+import numpy as np
 
 from duplex.app.core.events import (
     AudioDelta,
@@ -35,6 +37,7 @@ from duplex.app.core.events import (
 )
 from duplex.app.core.protocol import ProtocolError
 from duplex.app.core.settings import SessionSettings, TurnDetection
+from duplex.pipeline import g711
 
 GA = "ga"
 BETA = "beta"
@@ -76,16 +79,20 @@ class Wire:
         self._n += 1
         return f"evt_{self._prefix}{self._n:06d}"
 
-    def render(self, event: ServerEvent, *, binary_audio: bool = False) -> list[Frame]:
-        """The frames that carry ``event`` (none if the dialect has no such event)."""
+    def render(self, event: ServerEvent, *, binary_audio: bool = False, audio_format: str = "pcm16") -> list[Frame]:
+        """The frames that carry ``event`` (none if the dialect has no such event); audio
+        in ``audio_format`` (``pcm16``, or G.711's ``pcmu``/``pcma``)."""
         if self.dialect == BETA and isinstance(event, GA_ONLY):
             return []
         if not self.extensions and isinstance(event, EXTENSION_EVENTS):
             return []
+        if isinstance(event, AudioDelta) and audio_format != "pcm16":
+            pcm = np.frombuffer(event.pcm, dtype=np.int16)
+            event = replace(event, pcm=g711.encode(pcm, audio_format))
         body = self.to_dict(event)
         if isinstance(event, AudioDelta) and binary_audio:
             del body["delta"]
-            body["binary"] = True  # the PCM follows as the next binary frame
+            body["binary"] = True  # the audio follows as the next binary frame
             return [_json(body), event.pcm]
         return [_json(body)]
 
@@ -184,7 +191,7 @@ def response_object(r: ResponseView, beta: bool = False) -> dict[str, Any]:
         "conversation_id": r.conversation_id,
         "output_modalities": list(r.modalities),
         "modalities": list(r.modalities),
-        "audio": {"output": {"format": {"type": "audio/pcm", "rate": r.output_rate}, "voice": r.voice}},
+        "audio": {"output": {"format": _format_object(r.output_format, r.output_rate), "voice": r.voice}},
         "usage": {"total_tokens": 0, "input_tokens": 0, "output_tokens": 0},
         "metadata": r.metadata,
     }
@@ -214,6 +221,13 @@ def _turn_object(td: TurnDetection | None) -> dict[str, Any] | None:
     return obj
 
 
+_BETA_FORMATS = {"pcm16": "pcm16", "pcmu": "g711_ulaw", "pcma": "g711_alaw"}
+
+
+def _format_object(encoding: str, rate: int) -> dict[str, Any]:
+    return {"type": "audio/pcm", "rate": rate} if encoding == "pcm16" else {"type": f"audio/{encoding}"}
+
+
 def session_object(session_id: str, s: SessionSettings, beta: bool = False) -> dict[str, Any]:
     """The session object of ``session.created|updated``: GA, or the beta shape."""
     if beta:
@@ -225,8 +239,8 @@ def session_object(session_id: str, s: SessionSettings, beta: bool = False) -> d
             "instructions": s.instructions,
             "voice": s.voice,
             "speed": s.speed,
-            "input_audio_format": "pcm16",
-            "output_audio_format": "pcm16",
+            "input_audio_format": _BETA_FORMATS[s.input_format],
+            "output_audio_format": _BETA_FORMATS[s.output_format],
             "input_audio_transcription": s.transcription,
             "turn_detection": _turn_object(s.turn_detection),
             "max_response_output_tokens": s.max_output_tokens,
@@ -246,12 +260,12 @@ def session_object(session_id: str, s: SessionSettings, beta: bool = False) -> d
         "instructions": s.instructions,
         "audio": {
             "input": {
-                "format": {"type": "audio/pcm", "rate": s.input_rate},
+                "format": _format_object(s.input_format, s.input_rate),
                 "transcription": s.transcription,
                 "turn_detection": _turn_object(s.turn_detection),
             },
             "output": {
-                "format": {"type": "audio/pcm", "rate": s.output_rate},
+                "format": _format_object(s.output_format, s.output_rate),
                 "voice": s.voice,
                 "speed": s.speed,
             },

@@ -226,10 +226,10 @@ class Connection:
 
     def _render(self, events: Iterable[ServerEvent]) -> list[str | bytes]:
         """The frames of a batch of events (and the metrics they feed)."""
-        binary = self.session.settings.binary_audio
+        settings = self.session.settings
         frames: list[str | bytes] = []
         for event in events:
-            frames += self.wire.render(event, binary_audio=binary)
+            frames += self.wire.render(event, binary_audio=settings.binary_audio, audio_format=settings.output_format)
             self.server.observe(event)
         return frames
 
