@@ -64,6 +64,10 @@ class BackendChoice:
     temperature: float = option(0.7, "the thinker's sampling temperature")
     max_tokens: int = option(256, "the thinker's reply length limit")
     thinker_sampling: str = option("", "more sampling parameters for the thinker, as JSON")
+    tool_parser: str = option(
+        "hermes",
+        "--thinker vllm: the vLLM tool parser that reads the model's own function calls (tool_choice auto)",
+    )
     asr: str = option(
         "whisper",
         "speech recogniser: whisper (offline, shipped weights), openai (an OpenAI-compatible "
@@ -184,6 +188,12 @@ async def _thinker(choice: BackendChoice, talker: Talker) -> Thinker:
         from duplex.pipeline.thinkers.vllm_chat import VllmChatThinker
     except ImportError as exc:
         raise BackendError(f"the vLLM backend is not installed ({exc.name}): pip install -e '.[vllm]'") from None
+    from vllm.tool_parsers import ToolParserManager
+
+    try:
+        ToolParserManager.get_tool_parser(choice.tool_parser)
+    except KeyError:
+        raise BackendError(f"--tool-parser {choice.tool_parser!r} is not one of vLLM's tool parsers") from None
     path = Path(choice.thinker_model)
     try:
         check_model_dir(path)
@@ -198,10 +208,10 @@ async def _thinker(choice: BackendChoice, talker: Talker) -> Thinker:
     engine = getattr(talker, "engine", None)
     if isinstance(engine, LocalEngine) and engine.model.resolve() == path.resolve():
         # One checkpoint for both: the thinker shares the talker's engine.
-        return VllmChatThinker(engine, owns_engine=False, sampling=sampling, **settings)
+        return VllmChatThinker(engine, owns_engine=False, sampling=sampling, tool_parser=choice.tool_parser, **settings)
     engine = LocalEngine(path, dtype=choice.dtype, max_model_len=choice.max_model_len)
     await engine.start()
-    return VllmChatThinker(engine, sampling=sampling, **settings)
+    return VllmChatThinker(engine, sampling=sampling, tool_parser=choice.tool_parser, **settings)
 
 
 async def _voice(choice: BackendChoice) -> tuple[Talker, Vocoder]:
