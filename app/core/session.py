@@ -36,7 +36,8 @@ from duplex.app.core.limits import SessionLimits
 from duplex.app.core.pacing import SessionClock
 from duplex.app.core.protocol import ClientEvent, ProtocolError
 from duplex.app.core.replies import Replies, ReplyContext
-from duplex.app.core.settings import SessionSettings, VoiceCheck, apply_update, function_tools, response_options
+from duplex.app.core.settings import SessionSettings, VoiceCheck, apply_update, response_options
+from duplex.app.core.tool_settings import function_tools
 from duplex.app.core.turn_taking import TurnTaking
 from duplex.app.core.units import samples_to_ms
 from duplex.pipeline.state import StateHandle

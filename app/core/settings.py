@@ -9,12 +9,12 @@ are rendered in :mod:`duplex.app.core.wire`.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from duplex.app.core.protocol import ProtocolError, check_type
+from duplex.app.core.tool_settings import tool_choice, tools, truncation
 
 PCM_FORMATS = {"audio/pcm", "pcm16"}
 G711_FORMATS = {"audio/pcmu": "pcmu", "audio/pcma": "pcma", "g711_ulaw": "pcmu", "g711_alaw": "pcma"}
@@ -221,81 +221,6 @@ def _turn_detection(value: Any, param: str, current: TurnDetection | None) -> Tu
         if key in value:
             updates[key] = _get(value, key, (bool,), f"{param}.{key}")
     return replace(base, **updates)
-
-
-_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-TOOL_CHOICES = ("auto", "none", "required")
-
-
-def tools(value: Any, param: str) -> tuple[dict[str, Any], ...]:
-    """Function tools: each ``{"type": "function", "name", "description"?, "parameters"?}``
-    (other tool kinds are refused by the caller before this, see :func:`function_tools`)."""
-    check_type(value, (list,), param)
-    out: list[dict[str, Any]] = []
-    for i, tool in enumerate(value):
-        tp = f"{param}[{i}]"
-        check_type(tool, (dict,), tp)
-        if tool.get("type", "function") != "function":
-            raise _bad(f"{tp}.type", f"{tp}.type {tool.get('type')!r} is not supported; only function tools")
-        name = tool.get("name")
-        if not isinstance(name, str) or not _TOOL_NAME.match(name):
-            raise _bad(f"{tp}.name", f"{tp}.name must be 1-64 letters, digits, '_' or '-'")
-        kept: dict[str, Any] = {"type": "function", "name": name}
-        if tool.get("description") is not None:
-            kept["description"] = _get(tool, "description", (str,), f"{tp}.description")
-        if tool.get("parameters") is not None:
-            kept["parameters"] = _get(tool, "parameters", (dict,), f"{tp}.parameters")
-        out.append(kept)
-    if len({t["name"] for t in out}) != len(out):
-        raise _bad(param, f"{param} names a function twice")
-    return tuple(out)
-
-
-def function_tools(value: Any) -> tuple[list[Any], list[str]]:
-    """Split a tools list into the function tools and the types of the others (MCP and
-    other hosted tools, which Duplex does not run)."""
-    if not isinstance(value, list):
-        return value, []
-    kinds = [t.get("type") if isinstance(t, dict) else None for t in value]
-    return [t for t, k in zip(value, kinds, strict=True) if k in (None, "function")], [
-        str(k) for k in kinds if k not in (None, "function")
-    ]
-
-
-def tool_choice(value: Any, param: str, offered: tuple[dict[str, Any], ...]) -> str | dict[str, Any]:
-    """``auto``, ``none``, ``required``, or ``{"type": "function", "name"}`` naming an offered tool."""
-    if isinstance(value, str):
-        if value not in TOOL_CHOICES:
-            raise _bad(param, f"{param} must be one of {list(TOOL_CHOICES)} or a function")
-        return value
-    check_type(value, (dict,), param)
-    if value.get("type") != "function" or not isinstance(value.get("name"), str):
-        raise _bad(param, f"{param} must name a function: {{'type': 'function', 'name': ...}}")
-    if value["name"] not in {t["name"] for t in offered}:
-        raise _bad(f"{param}.name", f"{param}.name {value['name']!r} is not among the tools")
-    return {"type": "function", "name": value["name"]}
-
-
-def truncation(value: Any, param: str) -> str | dict[str, Any]:
-    """``auto``, ``disabled`` or ``{"type": "retention_ratio", "retention_ratio": 0..1,
-    "token_limits": {"post_instructions": N}?}``."""
-    if value in ("auto", "disabled"):
-        return str(value)
-    check_type(value, (dict,), param)
-    if value.get("type") != "retention_ratio":
-        raise _bad(f"{param}.type", f"{param} must be 'auto', 'disabled' or a retention_ratio object")
-    out: dict[str, Any] = {
-        "type": "retention_ratio",
-        "retention_ratio": _in_range(value.get("retention_ratio"), (float,), 0.0, 1.0, f"{param}.retention_ratio"),
-    }
-    limits = value.get("token_limits")
-    if limits is not None:
-        check_type(limits, (dict,), f"{param}.token_limits")
-        post = limits.get("post_instructions")
-        if post is not None:
-            _in_range(post, (int,), 1, 10_000_000, f"{param}.token_limits.post_instructions")
-        out["token_limits"] = {"post_instructions": post}
-    return out
 
 
 def _pacing(value: Any, param: str, current: Pacing) -> Pacing:
