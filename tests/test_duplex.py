@@ -26,8 +26,8 @@ def ms(samples: int, rate: int = RATE) -> int:
     return samples * 1000 // rate
 
 
-async def connect(server, **session) -> SimulatedClient:
-    sim = await SimulatedClient.open(server.port, keep_audio=True)
+async def connect(server, extensions: bool = True, **session) -> SimulatedClient:
+    sim = await SimulatedClient.open(server.port, keep_audio=True, extensions=extensions)
     if session:
         await sim.send("session.update", session=session)
         await sim.sync()
@@ -285,3 +285,34 @@ async def test_binary_audio_mode(server, talker):
     assert wer("hello how are you today", heard) <= 0.4
     assert len(audio) > RATE  # more than half a second of PCM16
     await ws.close()
+
+
+async def test_a_plain_realtime_client_has_the_reply_stop_at_speech_and_one_cut(server, talker):
+    """A client that cannot be told to duck (no ``?duplex=1``) gets what OpenAI's server
+    does: the reply's output stops at the speech; its own truncate, which the SDKs send
+    on speech_started at their wall-clock position, then agrees with the server's."""
+    sim = await connect(server, extensions=False)
+    rid = await start_reply(sim, LONG)
+    await sim.silence(2.0)
+    interruption = trim(await speech(talker, "wait, please stop talking now"), RATE)
+    talk_from = sim.input_samples
+    await sim.stream(interruption[: RATE // 2])
+    started = sim.of_type("input_audio_buffer.speech_started")
+    assert started, "the speech was heard"
+    h = sim.heard[rid]
+    last = max(r.at for r in sim.of_type("response.output_audio.delta") if r.event["response_id"] == rid)
+    assert ms(last - talk_from) <= 250, "the reply's output stopped at the speech"
+    item_id = sim.of_type("response.output_item.added")[0].event["item"]["id"]
+    # The SDK's own truncate, at what it played by its clock when speech_started came.
+    await sim.send("conversation.item.truncate", item_id=item_id, content_index=0, audio_end_ms=ms(h.played))
+    await sim.stream(mix(interruption[RATE // 2 :], silence(1.5)))
+    late = [r for r in sim.of_type("response.output_audio.delta") if r.event["response_id"] == rid and r.at > last]
+    assert not late, "and did not start again"
+    cuts = {
+        r.event["audio_end_ms"] for r in sim.of_type("conversation.item.truncated") if r.event["item_id"] == item_id
+    }
+    assert len(cuts) == 1, cuts
+    assert not sim.of_type("error"), [r.event for r in sim.of_type("error")]
+    done = [r for r in sim.of_type("response.done") if r.event["response"]["id"] == rid][0].event
+    assert done["response"]["status"] == "cancelled"
+    await sim.ws.close()

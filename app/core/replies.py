@@ -76,6 +76,10 @@ class ReplyContext:
     """The settings in force (the session replaces them on ``session.update``)."""
     limits: SessionLimits
     conversation: Conversation
+    can_duck: bool = True
+    """Whether the client takes Duplex's ``ducked`` event; one that does not (a plain
+    Realtime client) has a reply's output stop at speech over it instead, as OpenAI's
+    server does: it stops its playback there and sends its own truncate."""
 
 
 @dataclass(slots=True)
@@ -367,7 +371,7 @@ class Replies:
         if r is None or r.playout.paused or r.ducked:
             return []
         td = self.ctx.settings.turn_detection
-        duck_db = td.duck_db if td is not None else None
+        duck_db = td.duck_db if td is not None and self.ctx.can_duck else None
         after = samples_to_ms(input_samples - onset, self.ctx.settings.input_rate)  # how late this was decided
         if duck_db is not None:
             r.ducked = True

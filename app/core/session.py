@@ -64,6 +64,7 @@ class Session:
         backend: tuple[str, str] = ("espeak", "builtin"),
         ears: Ears = DEAF,
         tools: bool = True,
+        can_duck: bool = True,
     ) -> None:
         self.id = session_id
         self.tools = tools
@@ -75,7 +76,7 @@ class Session:
         self.clock = SessionClock(now)
         self._n = 0
         self.ctx = ReplyContext(
-            session_id, self.new_id, self.clock, settings or SessionSettings(), self.limits, self.conversation
+            session_id, self.new_id, self.clock, settings or SessionSettings(), self.limits, self.conversation, can_duck
         )
         self.replies = Replies(self.ctx, StateHandle(session_id, backend[0], backend[1]))
         self.intake = Intake(self.clock, self.limits, voice_activity, now, ears)

@@ -94,6 +94,7 @@ class Connection:
             backend=(backends.talker.name, backends.talker.artifact_id),
             ears=ears_of(backends),
             tools=getattr(backends.thinker, "tools", False),
+            can_duck=extensions,  # a client that cannot be told to duck has the reply stop instead
         )
         self.session.clock.idle_s = cfg.input_idle_s
         self.wire = Wire(self.session.id, dialect, extensions=extensions)
