@@ -253,7 +253,7 @@ async def test_threshold_and_prefix_padding_are_honoured(server, talker):
 
 async def test_binary_audio_mode(server, talker):
     """Opt-in binary frames: raw PCM16 in, JSON header + binary PCM out, no base64."""
-    ws = await websockets.connect(f"ws://127.0.0.1:{server.port}/v1/realtime", max_size=None)
+    ws = await websockets.connect(f"ws://127.0.0.1:{server.port}/v1/realtime?duplex=1", max_size=None)  # an extension
     assert json.loads(await ws.recv())["type"] == "session.created"
     await ws.send(
         json.dumps({"type": "session.update", "session": {"binary_audio": True, "pacing": {"enabled": False}}})

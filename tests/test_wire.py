@@ -171,3 +171,17 @@ def test_every_standard_event_validates_against_the_beta_types_in_a_beta_session
     assert checked == {e.type for e in SAMPLES} - EXTENSIONS - ga_only
     named = wire.to_dict(ev.SessionCreated("sess_1", SessionSettings(model="gpt-4o-realtime-preview")))
     assert adapter.validate_python(named).session.model == "gpt-4o-realtime-preview"
+
+
+def test_a_plain_client_gets_no_extension_fields_either():
+    plain, duplex = Wire("s", GA, extensions=False), Wire("s", GA)
+    for event in SAMPLES:
+        for frame in plain.render(event):
+            body = json.loads(frame)
+            ours = {"epoch", "seq", "input_watermark", "recognition_ms"}
+            ours |= {"audio_start_ms"} if body["type"] == "response.output_audio.delta" else set()
+            assert not ours & set(body), body
+            assert "timings" not in body.get("response", {}) and "pacing" not in body.get("session", {})
+    full = json.loads(duplex.render(AUDIO_DELTA)[0])
+    assert (full["epoch"], full["seq"], full["input_watermark"]) == (1, 0, 4800)
+    assert "timings" in json.loads(duplex.render(ev.ResponseDone(RESPONSE))[0])["response"]

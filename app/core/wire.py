@@ -63,6 +63,14 @@ Frame = str | bytes
 # Duplex's own events: a client that did not ask for them (``?duplex=1``) never sees
 # them, so an SDK that validates every event against OpenAI's types is not tripped.
 EXTENSION_EVENTS: tuple[type[ServerEvent], ...] = (AudioPaused, AudioDucked, AudioResumed)
+# Duplex's own fields on standard events and objects: likewise only for such a client.
+_DELTA_FIELDS = ("epoch", "seq", "input_watermark", "audio_start_ms")
+EXTENSION_FIELDS = {
+    "response.output_audio.delta": _DELTA_FIELDS,
+    "response.audio.delta": _DELTA_FIELDS,
+    "conversation.item.input_audio_transcription.completed": ("recognition_ms",),
+}
+SESSION_EXTENSION_FIELDS = ("pacing", "binary_audio", "input_audio_rate", "output_audio_rate")
 
 
 class Wire:
@@ -90,6 +98,8 @@ class Wire:
             pcm = np.frombuffer(event.pcm, dtype=np.int16)
             event = replace(event, pcm=g711.encode(pcm, audio_format))
         body = self.to_dict(event)
+        if not self.extensions:
+            _plain(body)
         if isinstance(event, AudioDelta) and binary_audio:
             del body["delta"]
             body["binary"] = True  # the audio follows as the next binary frame
@@ -127,6 +137,17 @@ class Wire:
             else:
                 out[f.name] = _value(value, beta)
         return out
+
+
+def _plain(body: dict[str, Any]) -> None:
+    """Drop Duplex's own fields from an event for a client that did not ask for them."""
+    for key in EXTENSION_FIELDS.get(body["type"], ()):
+        body.pop(key, None)
+    if isinstance(body.get("response"), dict):
+        body["response"].pop("timings", None)
+    if isinstance(body.get("session"), dict):
+        for key in SESSION_EXTENSION_FIELDS:
+            body["session"].pop(key, None)
 
 
 def _json(body: dict[str, Any]) -> str:
