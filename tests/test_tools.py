@@ -168,3 +168,17 @@ async def test_a_tool_round_trip_over_the_wire(server):
     assert done["status"] == "completed"
     assert done["output"][0]["content"][0]["transcript"] == "Rain all day in Lisbon."
     await c.close()
+
+
+def test_speech_while_a_reply_that_may_call_is_still_thinking_cancels_it():
+    s = Session("sess_test", 0.0)
+    s.feed(ev("session.update", session={"tools": [WEATHER]}), 0.0)
+    start = next(o for o in s.feed(ev("response.create"), 0.0) if isinstance(o, StartReply))
+    assert s.replies.being_heard(0.1) is not None, "a running reply can be talked over before it speaks"
+    assert s.replies.pause(0, 100, 0.1) == [], "nothing to duck yet"
+    out = wire(s.replies.interrupt(0, 0.2))
+    done = [o for o in out if isinstance(o, dict) and o["type"] == "response.done"]
+    assert done and done[0]["response"]["status"] == "cancelled"
+    assert done[0]["response"]["id"] == start.response_id
+    assert not [o for o in out if isinstance(o, dict) and o["type"] == "conversation.item.truncated"]
+    assert s.replies.active is None, "the user's turn can be answered"

@@ -22,7 +22,7 @@ from duplex.app.harness.servers import serving
 from duplex.pipeline.backends import Backends
 from duplex.pipeline.state import StateHandle, StateMismatch
 from duplex.pipeline.talker import SpeechRequest
-from tests.util import ask_for_a_long_answer, asked_while_listening, need
+from tests.util import WEATHER_TOOL, ask_for_a_long_answer, asked_while_listening, need
 
 HAVE_VLLM = all(importlib.util.find_spec(m) is not None for m in ("vllm", "snac", "torch"))
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -278,25 +278,12 @@ async def test_thinker_and_talker_share_one_engine(backend, vad_model, recognize
         await c.close()
 
 
-# A city the schema names: under structured output even a random model writes a valid call.
-WEATHER = {
-    "type": "function",
-    "name": "get_weather",
-    "parameters": {
-        "type": "object",
-        "properties": {"city": {"type": "string", "enum": ["Paris", "Oslo", "Lima"]}},
-        "required": ["city"],
-        "additionalProperties": False,
-    },
-}
-
-
 @pytest.mark.parametrize("choice", [{"type": "function", "name": "get_weather"}, "required"], ids=["named", "required"])
 async def test_the_model_calls_a_forced_tool_and_then_answers(tserver, choice):
     srv, thinker = tserver
     thinker.max_tokens = 200
     c = await RealtimeClient.connect(srv.port)
-    await c.update(tools=[WEATHER], tool_choice=choice, pacing={"enabled": False})
+    await c.update(tools=[WEATHER_TOOL], tool_choice=choice, pacing={"enabled": False})
     await c.say("what is the weather like")
     await c.send("response.create")
     done = (await c.until("response.done"))["response"]
@@ -338,7 +325,7 @@ async def test_with_auto_choice_vllms_tool_parser_reads_the_models_call(tserver)
     _, thinker = tserver
     written = 'Let me see. <tool_call>{"name": "get_weather", "arguments": {"city": "Lima"}}</tool_call>'
     held = {"structured_outputs": StructuredOutputsParams(regex=re.escape(written)), "allowed_token_ids": None}
-    request = ThinkRequest("resp_auto", ({"role": "user", "content": "weather?"},), options=held, tools=(WEATHER,))
+    request = ThinkRequest("resp_auto", ({"role": "user", "content": "weather?"},), options=held, tools=(WEATHER_TOOL,))
     pieces = [p async for p in thinker.think(request)]
     said = "".join(p for p in pieces if isinstance(p, str))
     calls = [p for p in pieces if isinstance(p, ToolCallDelta)]

@@ -17,7 +17,7 @@ from duplex.app.clients.realtime import RealtimeClient, audio_of
 from duplex.app.harness.net import free_port
 from duplex.app.harness.servers import serving
 from duplex.pipeline.backends import Backends
-from tests.util import ask_for_a_long_answer, need
+from tests.util import WEATHER_TOOL, ask_for_a_long_answer, need
 
 HAVE_VLLM = all(importlib.util.find_spec(m) is not None for m in ("vllm", "snac", "torch"))
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -200,18 +200,6 @@ async def test_cancel_closes_the_chat_stream_and_the_endpoint_aborts(chat_server
     await c.close()
 
 
-WEATHER = {
-    "type": "function",
-    "name": "get_weather",
-    "parameters": {
-        "type": "object",
-        "properties": {"city": {"type": "string", "enum": ["Paris", "Oslo", "Lima"]}},
-        "required": ["city"],
-        "additionalProperties": False,
-    },
-}
-
-
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def tool_server(remote, espeak_runtime, vad_model, recognizer):
     """The chat endpoint with nothing held back: its structured output writes the call."""
@@ -229,7 +217,7 @@ async def tool_server(remote, espeak_runtime, vad_model, recognizer):
 
 async def test_the_chat_endpoint_streams_a_forced_tool_call(tool_server):
     c = await RealtimeClient.connect(tool_server.port)
-    await c.update(tools=[WEATHER], pacing={"enabled": False}, output_modalities=["text"])
+    await c.update(tools=[WEATHER_TOOL], pacing={"enabled": False}, output_modalities=["text"])
     await c.say("what is the weather like")
     await c.send("response.create", response={"tool_choice": {"type": "function", "name": "get_weather"}})
     done = (await c.until("response.done"))["response"]

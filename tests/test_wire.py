@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+from typing import Any
 
 from duplex.app.core import events as ev
 from duplex.app.core.protocol import ProtocolError
@@ -129,23 +130,28 @@ EXTENSIONS = {"session.synced", "response.output_audio.paused", "response.output
               "response.output_audio.resumed"}  # fmt: skip
 
 
-def test_every_standard_event_validates_against_the_openai_sdk_types():
-    # The Agents SDKs validate every event they receive against these types; one that
-    # fails is dropped or reported to the application as an error.
-    from openai.types.realtime.realtime_server_event import RealtimeServerEvent
+def _validated(types: Any, dialect: str) -> set[str]:
+    """Render every sample in ``dialect`` and validate each standard event against the
+    ``openai`` package's union of server events; the kinds checked."""
     from pydantic import TypeAdapter
 
-    adapter = TypeAdapter(RealtimeServerEvent)
-    wire = Wire("sess_abcdef", GA)
+    adapter, wire = TypeAdapter(types), Wire("sess_abcdef", dialect)
     checked = set()
     for event in SAMPLES:
         for frame in wire.render(event):
             body = json.loads(frame)
-            if body["type"] in EXTENSIONS:
-                continue
-            adapter.validate_python(body)
-            checked.add(body["type"])
-    assert checked == {e.type for e in SAMPLES} - EXTENSIONS
+            if body["type"] not in EXTENSIONS:
+                adapter.validate_python(body)
+                checked.add(event.type)
+    return checked
+
+
+def test_every_standard_event_validates_against_the_openai_sdk_types():
+    # The Agents SDKs validate every event they receive against these types; one that
+    # fails is dropped or reported to the application as an error.
+    from openai.types.realtime.realtime_server_event import RealtimeServerEvent
+
+    assert _validated(RealtimeServerEvent, GA) == {e.type for e in SAMPLES} - EXTENSIONS
 
 
 def test_a_transcript_carries_its_usage_by_duration():
@@ -157,18 +163,9 @@ def test_every_standard_event_validates_against_the_beta_types_in_a_beta_session
     from openai.types.beta.realtime.realtime_server_event import RealtimeServerEvent
     from pydantic import TypeAdapter
 
-    adapter = TypeAdapter(RealtimeServerEvent)
-    wire = Wire("sess_abcdef", BETA)
-    checked = set()
-    for event in SAMPLES:
-        for frame in wire.render(event):
-            body = json.loads(frame)
-            if body["type"] in EXTENSIONS:
-                continue
-            adapter.validate_python(body)
-            checked.add(event.type)
     ga_only = {"conversation.item.done", "input_audio_buffer.timeout_triggered"}
-    assert checked == {e.type for e in SAMPLES} - EXTENSIONS - ga_only
+    assert _validated(RealtimeServerEvent, BETA) == {e.type for e in SAMPLES} - EXTENSIONS - ga_only
+    adapter, wire = TypeAdapter(RealtimeServerEvent), Wire("sess_abcdef", BETA)
     named = wire.to_dict(ev.SessionCreated("sess_1", SessionSettings(model="gpt-4o-realtime-preview")))
     assert adapter.validate_python(named).session.model == "gpt-4o-realtime-preview"
 

@@ -63,3 +63,17 @@ async def asked_while_listening(port: int, text: str) -> SimulatedClient:
     await sim.send("response.create")
     await sim.sync()
     return sim
+
+
+# A tool whose one argument the schema enumerates: under structured output even a random
+# model writes a valid call (the vLLM tool tests).
+WEATHER_TOOL = {
+    "type": "function",
+    "name": "get_weather",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string", "enum": ["Paris", "Oslo", "Lima"]}},
+        "required": ["city"],
+        "additionalProperties": False,
+    },
+}

@@ -350,7 +350,7 @@ class Replies:
     def being_heard(self, now: float) -> Reply | None:
         """The reply the user hears (or is about to) now, if any."""
         r = self.heard
-        if r is None or r.item.truncated_ms is not None or not r.announced:
+        if r is None or r.item.truncated_ms is not None:
             return None
         if r.active or not r.playout.finished(self._t(now)):
             return r
@@ -368,8 +368,8 @@ class Replies:
         """Speech began at input sample ``onset`` (decided at ``input_samples``): duck the
         reply (it plays on, quieter) or, with ducking off, stop its output now."""
         r = self.being_heard(now)
-        if r is None or r.playout.paused or r.ducked:
-            return []
+        if r is None or r.playout.paused or r.ducked or not r.announced:
+            return []  # (a reply still deciding whether to speak or call has nothing to duck)
         td = self.ctx.settings.turn_detection
         duck_db = td.duck_db if td is not None and self.ctx.can_duck else None
         after = samples_to_ms(input_samples - onset, self.ctx.settings.input_rate)  # how late this was decided
@@ -397,8 +397,10 @@ class Replies:
         """The user took the turn at input sample ``onset``: cancel the reply if it is
         still running and truncate it at what had been played by then."""
         r = self.heard
-        if r is None or r.item.truncated_ms is not None or not r.announced:
+        if r is None or r.item.truncated_ms is not None:
             return []
+        if r.active and not r.announced:  # still thinking (it may call a function): nothing was heard
+            return self.cancel(r, "turn_detected")
         if not r.active and not r.playout.paused and r.playout.finished(self._t(now)) and not r.ducked:
             return []  # it had been heard in full before the user spoke
         out: Output = []

@@ -173,25 +173,11 @@ def part_object(part: PartView, beta: bool = False) -> dict[str, Any]:
 
 
 def item_object(item: ItemView, beta: bool = False) -> dict[str, Any]:
-    if item.type == "function_call":
-        return {
-            "id": item.id,
-            "object": "realtime.item",
-            "type": item.type,
-            "status": item.status,
-            "call_id": item.call_id,
-            "name": item.name,
-            "arguments": item.arguments,
-        }
-    if item.type == "function_call_output":
-        return {
-            "id": item.id,
-            "object": "realtime.item",
-            "type": item.type,
-            "status": item.status,
-            "call_id": item.call_id,
-            "output": item.output,
-        }
+    if item.type in ("function_call", "function_call_output"):
+        head = {"id": item.id, "object": "realtime.item", "type": item.type, "status": item.status}
+        if item.type == "function_call":
+            return {**head, "call_id": item.call_id, "name": item.name, "arguments": item.arguments}
+        return {**head, "call_id": item.call_id, "output": item.output}
     return {
         "id": item.id,
         "object": "realtime.item",
