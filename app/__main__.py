@@ -1,7 +1,5 @@
 """``python -m duplex.app``: the ``duplex`` command."""
 
-import sys
+from duplex.app.cli.main import entry
 
-from duplex.app.cli.main import main
-
-sys.exit(main())
+entry()

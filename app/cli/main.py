@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 
@@ -160,3 +161,18 @@ def main(argv: list[str] | None = None) -> int:
             print(f"duplex: cannot serve on {config.host}:{config.port}: {exc}", file=sys.stderr)
             return 1
     return 0
+
+
+def entry() -> None:
+    """The ``duplex`` command: :func:`main`, then exit without the interpreter's teardown.
+
+    By now every session, backend and log is closed and flushed. What is left is the
+    native runtimes' own teardown (onnxruntime's and CTranslate2's thread pools), which
+    at interpreter exit can abort a process that had shut down cleanly ("terminate
+    called without an active exception", exit -6): skip it.
+    """
+    code = main()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
