@@ -92,8 +92,7 @@ class Run:
         p = self.prepared
         return (
             p is not None
-            and p.think.messages == start.think.messages
-            and p.think.options == start.think.options
+            and replace(p.think, request_id=start.think.request_id) == start.think
             and replace(p.request, request_id=start.request.request_id) == start.request
             and (p.output_rate, p.audio) == (start.output_rate, start.audio)
         )
