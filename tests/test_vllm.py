@@ -331,3 +331,15 @@ async def test_with_auto_choice_vllms_tool_parser_reads_the_models_call(tserver)
     calls = [p for p in pieces if isinstance(p, ToolCallDelta)]
     assert said.strip() == "Let me see.", pieces
     assert [(c.name, json.loads(c.arguments)) for c in calls] == [("get_weather", {"city": "Lima"})]
+
+
+def test_a_required_answer_cut_short_by_max_tokens_keeps_its_complete_calls():
+    need(HAVE_VLLM, "the vLLM tests need the vllm extra: pip install -e '.[vllm]'")
+    from duplex.pipeline.thinkers.vllm_chat import _complete_calls
+
+    whole = (
+        '[{"name": "get_weather", "parameters": {"city": "Oslo"}}, {"name": "get_weather", "parameters": {"city": "Li'
+    )
+    assert _complete_calls(whole) == [{"name": "get_weather", "parameters": {"city": "Oslo"}}]
+    with pytest.raises(ValueError, match="no complete function call"):
+        _complete_calls('[{"name": "get_wea')

@@ -92,7 +92,7 @@ class VllmChatThinker:
             schema = required_schema(request.tools)
             params["structured_outputs"] = StructuredOutputsParams(json=schema, disable_any_whitespace=True)
             written = "".join([t async for t in self.engine.stream_text(ids, params, rid)])
-            for i, call in enumerate(json.loads(written)):
+            for i, call in enumerate(_complete_calls(written)):
                 yield ToolCallDelta(i, call_id(rid, i), call["name"], json.dumps(call["parameters"]))
             return
         async for piece in self._auto(ids, params, request):
@@ -146,3 +146,21 @@ def _partial(text: str, tag: str) -> int:
         if text.endswith(tag[:n]):
             return n
     return 0
+
+
+def _complete_calls(written: str) -> list[dict[str, Any]]:
+    """The calls of a ``required`` answer (a JSON list of ``{"name", "parameters"}``):
+    every complete one, should ``max_tokens`` have cut the list short."""
+    decoder = json.JSONDecoder()
+    calls: list[dict[str, Any]] = []
+    at = written.find("[") + 1
+    while at > 0:
+        at = len(written) - len(written[at:].lstrip(" ,\n\t"))
+        try:
+            call, at = decoder.raw_decode(written, at)
+        except ValueError:
+            break
+        calls.append(call)
+    if not calls:
+        raise ValueError(f"the model wrote no complete function call within max_tokens: {written[:200]!r}")
+    return calls
