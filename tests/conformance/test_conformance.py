@@ -129,6 +129,12 @@ class Outcome:
         return "\n".join(lines)
 
     # -- what every check asserts -------------------------------------------
+    def expect_clean(self) -> None:
+        """The check ran, nothing went wrong on the way, and nothing timed out."""
+        self.expect_ran()
+        self.expect_no_errors()
+        self.expect_finished()
+
     def expect_ran(self) -> None:
         if "crash" in self.report:
             self.fail(f"the driver crashed:\n{self.report['crash']}\n{self.driver.stderr_tail()}")
@@ -232,9 +238,7 @@ def _observed(out: Outcome) -> dict[str, Any]:
 @pytest.mark.parametrize("client", CLIENTS)
 def test_defaults(client: str, run_check: Callable[[str, str], Outcome]) -> None:
     out = run_check(client, "defaults")
-    out.expect_ran()
-    out.expect_no_errors()
-    out.expect_finished()
+    out.expect_clean()
     if not out.sent("session.update"):
         out.fail("the client sent no session.update")
     updated = out.received("session.updated")
@@ -253,9 +257,7 @@ def test_defaults(client: str, run_check: Callable[[str, str], Outcome]) -> None
 @pytest.mark.parametrize("client", CLIENTS)
 def test_text_to_audio(client: str, run_check: Callable[[str, str], Outcome]) -> None:
     out = run_check(client, "text_audio")
-    out.expect_ran()
-    out.expect_no_errors()
-    out.expect_finished()
+    out.expect_clean()
     if out.reply_audio(0) < MIN_AUDIO_BYTES:
         out.fail(f"the client's audio events carried {out.reply_audio(0)} bytes (response.output_audio.delta)")
     said = out.history("assistant")
@@ -274,9 +276,7 @@ def test_text_to_audio(client: str, run_check: Callable[[str, str], Outcome]) ->
 @pytest.mark.parametrize("client", CLIENTS)
 def test_spoken_turn(client: str, run_check: Callable[[str, str], Outcome], speech: Speech) -> None:
     out = run_check(client, "spoken_turn")
-    out.expect_ran()
-    out.expect_no_errors()
-    out.expect_finished()
+    out.expect_clean()
     for kind in ("input_audio_buffer.speech_started", "input_audio_buffer.committed"):
         if not out.received(kind):
             out.fail(f"no {kind} from the server")
@@ -303,9 +303,7 @@ def test_spoken_turn(client: str, run_check: Callable[[str, str], Outcome], spee
 @pytest.mark.parametrize("client", CLIENTS)
 def test_interruption(client: str, run_check: Callable[[str, str], Outcome], speech: Speech) -> None:
     out = run_check(client, "interruption")
-    out.expect_ran()
-    out.expect_no_errors()
-    out.expect_finished()
+    out.expect_clean()
     if not out.report.get("interruptions"):
         out.fail("the client's interruption event never fired")
     created = out.received("response.created")

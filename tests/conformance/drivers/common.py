@@ -329,7 +329,13 @@ async def _soft(state: State, predicate: Callable[[], bool], seconds: float, wha
         state.soft_timeouts.append(what)
 
 
-async def _finish(client: Client, mic: Mic | None, waiting_for: str | None) -> Report:
+async def _finish(client: Client, mic: Mic | None, waits: Awaitable[None]) -> Report:
+    """Run a check's waits, then close the client; the report says what timed out, if anything."""
+    waiting_for = None
+    try:
+        await waits
+    except WaitTimeout as exc:
+        waiting_for = str(exc)
     if mic is not None:
         await mic.stop()
     try:
@@ -345,12 +351,11 @@ async def check_defaults(client: Client, request: dict[str, Any], control: Contr
     """Connect with the defaults, tell pytest, and stay until it has seen the answers on the wire."""
     await client.open(request)
     control.emit({"connected": True})
-    waiting_for = None
-    try:
+
+    async def waits() -> None:
         await control.command(request["timeout"])
-    except WaitTimeout as exc:
-        waiting_for = str(exc)
-    return await _finish(client, None, waiting_for)
+
+    return await _finish(client, None, waits())
 
 
 async def check_text_audio(client: Client, request: dict[str, Any], control: Control) -> Report:
@@ -358,13 +363,12 @@ async def check_text_audio(client: Client, request: dict[str, Any], control: Con
     st = client.state
     await client.open(request)
     await client.send_text(request["text"])
-    waiting_for = None
-    try:
+
+    async def waits() -> None:
         await st.changes.until(lambda: st.reply_finished(0), budget.left(), "the reply's audio and its end")
         await _soft(st, lambda: any(st.texts("assistant")), min(5.0, budget.left()), "assistant text in history")
-    except WaitTimeout as exc:
-        waiting_for = str(exc)
-    return await _finish(client, None, waiting_for)
+
+    return await _finish(client, None, waits())
 
 
 async def check_spoken_turn(client: Client, request: dict[str, Any], control: Control) -> Report:
@@ -374,8 +378,8 @@ async def check_spoken_turn(client: Client, request: dict[str, Any], control: Co
     mic = Mic(client.send_audio, st.changes)
     mic.start()
     mic.say(read_pcm(request["speech"]), lead_silence_ms=500)
-    waiting_for = None
-    try:
+
+    async def waits() -> None:
         await st.changes.until(
             lambda: st.reply_finished(0) or mic.error is not None,
             budget.left(),
@@ -383,9 +387,8 @@ async def check_spoken_turn(client: Client, request: dict[str, Any], control: Co
         )
         await _soft(st, lambda: any(st.texts("user")), min(5.0, budget.left()), "the user's transcript in history")
         await _soft(st, lambda: any(st.texts("assistant")), min(5.0, budget.left()), "assistant text in history")
-    except WaitTimeout as exc:
-        waiting_for = str(exc)
-    return await _finish(client, mic, waiting_for)
+
+    return await _finish(client, mic, waits())
 
 
 async def check_interruption(client: Client, request: dict[str, Any], control: Control) -> Report:
@@ -396,8 +399,8 @@ async def check_interruption(client: Client, request: dict[str, Any], control: C
     mic.start()
     await client.send_text(request["text"])
     after = RATE * 2 * request["interrupt_after_ms"] // 1000
-    waiting_for = None
-    try:
+
+    async def waits() -> None:
         await st.changes.until(
             lambda: bool(st.replies) and st.replies[0]["audio_bytes"] >= after,
             budget.left(),
@@ -419,9 +422,8 @@ async def check_interruption(client: Client, request: dict[str, Any], control: C
         )
         await _soft(st, lambda: bool(st.interruptions), min(5.0, budget.left()), "the client's interruption event")
         await _soft(st, lambda: len(st.texts("user")) >= 2, min(5.0, budget.left()), "the interrupting turn in history")
-    except WaitTimeout as exc:
-        waiting_for = str(exc)
-    return await _finish(client, mic, waiting_for)
+
+    return await _finish(client, mic, waits())
 
 
 async def check_tool(client: Client, request: dict[str, Any], control: Control) -> Report:
@@ -429,16 +431,15 @@ async def check_tool(client: Client, request: dict[str, Any], control: Control) 
     st = client.state
     await client.open(request)
     await client.send_text(request["text"])
-    waiting_for = None
-    try:
+
+    async def waits() -> None:
         await st.changes.until(lambda: bool(st.tool_calls), budget.left(), "the tool handler to run")
         await st.changes.until(
             lambda: st.reply_finished(0), budget.left(), "a spoken reply (audio and its end) after the tool's output"
         )
         await _soft(st, lambda: any(st.texts("assistant")), min(5.0, budget.left()), "assistant text in history")
-    except WaitTimeout as exc:
-        waiting_for = str(exc)
-    return await _finish(client, None, waiting_for)
+
+    return await _finish(client, None, waits())
 
 
 def run(hello: dict[str, Any], make_client: Callable[[], Client]) -> None:
