@@ -4,7 +4,8 @@ Whisper hears them, word-timing error, and how many can speak at once in real ti
 eSpeak NG is the baseline, measured in the same run. For each voice, on 20 varied
 sentences (numbers, names, questions, long and short):
 
-* first audio: the text of the reply -> its first PCM chunk, one reply at a time;
+* first audio: the text of the reply -> its first PCM chunk, one reply at a time, and
+  while another session listens;
 * real-time factor: the time to make a reply / its length, alone and while another
   session listens (Whisper tiny.en partials every 400 ms on a growing utterance, at
   real time, as the server does while someone speaks);
@@ -18,13 +19,14 @@ sentences (numbers, names, questions, long and short):
 
 One WAV per voice goes to ``artifacts/voices/`` for listening.
 
-    python scripts/bench_voice.py [--voices kokoro:alloy,espeak:alloy]
+    python scripts/bench_voice.py [--voices espeak:alloy,hibari:alloy,kokoro:cedar]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
 import re
 import threading
@@ -40,6 +42,7 @@ from duplex.app.harness.voices import resample, wer, write_wav
 from duplex.pipeline.recognizers.whisper import MODELS, WhisperRecognizer
 from duplex.pipeline.talker import SpeechRequest, Talker
 from duplex.pipeline.talkers.espeak import EspeakTalker
+from duplex.pipeline.talkers.hibari import HibariRuntime, HibariTalker
 from duplex.pipeline.talkers.kokoro import KokoroRuntime, KokoroTalker
 
 SENTENCES = [  # words only: a recogniser writes numbers as digits, which a word count would call errors
@@ -66,12 +69,15 @@ SENTENCES = [  # words only: a recogniser writes numbers as digits, which a word
 ]
 LONG = " ".join(SENTENCES[1:9])
 RATE_16K = 16000
+AT_ONCE = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
+REPLY_IDS = itertools.count()
 
 
 @dataclass
 class Row:
     name: str
     first_ms: list[float] = field(default_factory=list)
+    first_listening_ms: list[float] = field(default_factory=list)
     rtf: float = 0.0
     rtf_listening: float = 0.0
     cpu: float = 0.0
@@ -91,7 +97,7 @@ async def make(talker: Talker, text: str, voice: str) -> tuple[np.ndarray, int, 
     t0 = time.perf_counter()
     first = None
     pcm, marks, rate = [], [], 0
-    async for chunk in talker.speak(SpeechRequest("bench", text, voice=voice)):
+    async for chunk in talker.speak(SpeechRequest(f"bench{next(REPLY_IDS)}", text, voice=voice)):
         first = first if first is not None else time.perf_counter() - t0
         pcm.append(chunk.audio.data)
         rate = chunk.audio.rate
@@ -130,7 +136,7 @@ async def gapless_at_once(talker: Talker, voice: str, n: int) -> bool:
     async def one() -> float:
         late = 0.0
         clock = None
-        async for chunk in talker.speak(SpeechRequest("bench", LONG, voice=voice)):
+        async for chunk in talker.speak(SpeechRequest(f"bench{next(REPLY_IDS)}", LONG, voice=voice)):
             now = time.perf_counter()
             if clock is None:
                 clock = now
@@ -185,18 +191,21 @@ async def measure(label: str, talker: Talker, voice: str, rec: WhisperRecognizer
         t0 = time.perf_counter()
         pcm, rate, _, _ = await make(talker, LONG, voice)
         row.rtf_listening = (time.perf_counter() - t0) / (pcm.size / rate)
+        for text in SENTENCES:  # the first clause alone, as the reply's stages hand it on
+            clause = re.split(r"(?<=[,.?!:])\s", text)[0]
+            row.first_listening_ms.append((await make(talker, clause, voice))[3] * 1000)
     most = 0
-    for n in (1, 2, 3, 4, 6, 8, 12, 16):
+    for n in AT_ONCE:
         if not await gapless_at_once(talker, voice, n):
             break
         most = n
-    row.at_once = f"{most}" if most < 16 else "≥16"
+    row.at_once = f"{most}" if most < AT_ONCE[-1] else f"≥{most}"
     return row
 
 
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--voices", default="espeak:alloy,kokoro:alloy,kokoro:cedar,kokoro:shimmer,kokoro:ballad")
+    ap.add_argument("--voices", default="espeak:alloy,hibari:alloy,kokoro:alloy,kokoro:cedar,kokoro:shimmer")
     args = ap.parse_args()
     from faster_whisper import WhisperModel
 
@@ -205,6 +214,7 @@ async def main() -> None:
     aligner = WhisperModel(str(MODELS["tiny.en"].config.locate().parent), device="cpu", compute_type="int8")
     rows = []
     kokoro: KokoroTalker | None = None
+    hibari: HibariTalker | None = None
     espeak = EspeakTalker()
     for spec in args.voices.split(","):
         kind, voice = spec.split(":")
@@ -216,6 +226,11 @@ async def main() -> None:
                 rss = psutil.Process().memory_info().rss - rss0
             talker: Talker = kokoro
             label = f"Kokoro {kokoro.resolve_voice(voice)} ({voice})"
+        elif kind == "hibari":
+            if hibari is None:
+                hibari = HibariTalker(HibariRuntime(capacity=100), espeak)
+                rss = psutil.Process().memory_info().rss - rss0
+            talker, label = hibari, f"hibari heart ({voice})"
         else:
             talker, label, rss = espeak, f"eSpeak NG {espeak.resolve_voice(voice)} ({voice}, baseline)", 0
         row = await measure(label, talker, voice, rec, aligner)
@@ -225,20 +240,23 @@ async def main() -> None:
     base = rows[0]
     print(f"\nVoices on this CPU ({os.cpu_count()} cores), {len(SENTENCES)} sentences each\n")
     print(
-        "| voice | first audio ms, median / p95 | vs baseline | real-time factor | RTF, another session "
-        "listening | CPU s / speech s | RSS MB (voice loaded) | WER (Whisper tiny.en) | word timing error ms, "
-        "median / p95 | replies at once in real time |"
+        "| voice | first audio ms, median / p95 | vs baseline | first clause, another session listening, ms | "
+        "real-time factor | RTF, another session listening | CPU s / speech s | RSS MB (voice loaded) | "
+        "WER (Whisper tiny.en) | word timing error ms, median / p95 | replies at once in real time |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         ratio = np.median(r.first_ms) / max(1e-9, float(np.median(base.first_ms)))
         print(
-            f"| {r.name} | {median_p95(r.first_ms)} | {ratio:.1f}x | {r.rtf:.3f} | {r.rtf_listening:.3f} | "
+            f"| {r.name} | {median_p95(r.first_ms)} | {ratio:.1f}x | {median_p95(r.first_listening_ms)} | "
+            f"{r.rtf:.3f} | {r.rtf_listening:.3f} | "
             f"{r.cpu:.3f} | {r.rss_mb:.0f} | {r.wer:.3f} | {median_p95(r.timing_ms)} | {r.at_once} |"
         )
     await espeak.aclose()
     if kokoro is not None:
         kokoro.runtime.close()
+    if hibari is not None:
+        hibari.runtime.close()
 
 
 if __name__ == "__main__":

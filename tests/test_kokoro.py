@@ -226,10 +226,10 @@ async def test_a_neural_reply_interrupted_is_cut_at_the_heard_word_with_no_stale
     await sim.ws.close()
 
 
-async def test_the_server_speaks_kokoro_by_default_and_espeak_without_its_weights(monkeypatch, caplog):
+async def test_talker_kokoro_speaks_kokoro_and_espeak_without_its_weights(monkeypatch, caplog):
     from duplex.app.cli.backends import BackendChoice, build
 
-    backends = await build(BackendChoice(asr="none", turn_model="none"))
+    backends = await build(BackendChoice(talker="kokoro", asr="none", turn_model="none"))
     try:
         assert isinstance(backends.talker, KokoroTalker) and backends.talker.runtime.capacity == 1
     finally:
@@ -237,10 +237,10 @@ async def test_the_server_speaks_kokoro_by_default_and_espeak_without_its_weight
     parts = kokoro_model.MODEL_PARTS
     monkeypatch.setattr(kokoro_model, "MODEL_PARTS", (replace(parts[0], sha256="0" * 64), *parts[1:]))
     with caplog.at_level(logging.WARNING):
-        backends = await build(BackendChoice(asr="none", turn_model="none"))
+        backends = await build(BackendChoice(talker="kokoro", asr="none", turn_model="none"))
     try:
         assert isinstance(backends.talker, EspeakTalker)
-        assert "the neural voice cannot start" in caplog.text and "speaking with eSpeak NG" in caplog.text
+        assert "the Kokoro voice cannot start" in caplog.text and "speaking with eSpeak NG" in caplog.text
     finally:
         await backends.aclose()
 

@@ -8,7 +8,7 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from duplex.app.edge.config import option
 from duplex.pipeline.backends import Backends
@@ -18,7 +18,10 @@ from duplex.pipeline.thinker import Thinker
 from duplex.pipeline.vocoder import Vocoder
 from duplex.pipeline.weights import WeightsError
 
-TALKERS = ("kokoro", "espeak", "vllm")
+if TYPE_CHECKING:
+    from duplex.pipeline.talkers.kokoro import KokoroTalker
+
+TALKERS = ("hibari", "kokoro", "espeak", "vllm")
 VOCODERS = ("pcm", "snac")
 THINKERS = ("echo", "openai", "vllm")
 RECOGNIZERS = ("whisper", "openai", "pocketsphinx", "none")
@@ -36,14 +39,21 @@ class BackendChoice:
     """The backends to build. Fields with help are ``duplex serve`` flags."""
 
     talker: str = option(
-        "kokoro",
-        "kokoro: the neural offline voice (Kokoro-82M, shipped weights; eSpeak NG as espeak:<voice>); "
-        "espeak: the eSpeak NG voice alone; vllm: a codec-token model served by vLLM",
+        "hibari",
+        "hibari: the neural offline voice (Kokoro's af_heart distilled, shipped weights; Kokoro-82M for the "
+        "other voices, eSpeak NG as espeak:<voice>); kokoro: Kokoro-82M alone; espeak: the eSpeak NG voice alone; "
+        "vllm: a codec-token model served by vLLM",
         choices=TALKERS,
     )
-    talker_threads: int = option(2, "--talker kokoro: threads one synthesis uses")
-    talker_capacity: int = option(
-        1, "--talker kokoro: replies made at once; more speak with eSpeak NG (2 cores make one in real time)"
+    hibari_capacity: int = option(
+        16, "--talker hibari: replies made at once; more speak with eSpeak NG (2 cores make 16 in real time)"
+    )
+    kokoro_voices: bool = option(
+        True, "--talker hibari: load Kokoro-82M for the voices beyond alloy (marin, cedar, ...; +250 MB)"
+    )
+    kokoro_threads: int = option(2, "Kokoro-82M: threads one synthesis uses")
+    kokoro_capacity: int = option(
+        1, "Kokoro-82M: replies made at once; more speak with hibari (or eSpeak NG with --talker kokoro)"
     )
     model: str | None = option(None, "--talker vllm: a local checkpoint directory (run in this process)")
     remote_url: str | None = option(None, "--talker vllm: a vLLM OpenAI-compatible server instead of --model")
@@ -80,7 +90,7 @@ class BackendChoice:
     asr_url: str | None = option(None, "--asr openai: the server's base URL (e.g. http://host:8000)")
     turn_model: str = option(
         "smart-turn",
-        "end-of-turn model for semantic_vad: smart-turn (Pipecat's Smart Turn v3.2, shipped weights) or none "
+        "end-of-turn model for semantic_vad: smart-turn (Smart Turn v3.2 by Daily, weights shipped in Duplex) or none "
         "(the transcript and the silence decide)",
         choices=("smart-turn", "none"),
     )
@@ -184,11 +194,12 @@ async def _thinker(choice: BackendChoice, talker: Talker) -> Thinker:
     if not choice.thinker_model:
         raise BackendError("--thinker vllm needs --thinker-model PATH (a local chat model directory)")
     try:
+        from vllm.tool_parsers import ToolParserManager
+
         from duplex.pipeline.talkers.vllm import LocalEngine, check_model_dir
         from duplex.pipeline.thinkers.vllm_chat import VllmChatThinker
     except ImportError as exc:
         raise BackendError(f"the vLLM backend is not installed ({exc.name}): pip install -e '.[vllm]'") from None
-    from vllm.tool_parsers import ToolParserManager
 
     try:
         ToolParserManager.get_tool_parser(choice.tool_parser)
@@ -215,7 +226,7 @@ async def _thinker(choice: BackendChoice, talker: Talker) -> Thinker:
 
 
 async def _voice(choice: BackendChoice) -> tuple[Talker, Vocoder]:
-    if choice.talker in ("kokoro", "espeak"):
+    if choice.talker in ("hibari", "kokoro", "espeak"):
         if choice.vocoder not in (None, "pcm"):
             raise BackendError("the built-in voices make PCM: use --vocoder pcm (the default)")
         from duplex.pipeline.talkers.espeak import EspeakTalker
@@ -223,20 +234,21 @@ async def _voice(choice: BackendChoice) -> tuple[Talker, Vocoder]:
 
         if choice.talker == "espeak":
             return EspeakTalker(), PcmVocoder()
-        if choice.talker_threads < 1 or choice.talker_capacity < 1:
-            raise BackendError("--talker-threads and --talker-capacity must be at least 1")
-        from duplex.pipeline.talkers.kokoro import KokoroRuntime, KokoroTalker
+        if min(choice.kokoro_threads, choice.kokoro_capacity, choice.hibari_capacity) < 1:
+            raise BackendError("--kokoro-threads, --kokoro-capacity and --hibari-capacity must be at least 1")
+        kokoro = await _kokoro(choice) if choice.talker == "kokoro" or choice.kokoro_voices else None
+        if choice.talker == "kokoro":
+            return kokoro or EspeakTalker(), PcmVocoder()
+        from duplex.pipeline.talkers.hibari import HibariRuntime, HibariTalker
 
         try:
-            runtime = await asyncio.to_thread(
-                KokoroRuntime, threads=choice.talker_threads, capacity=choice.talker_capacity
-            )
+            runtime = await asyncio.to_thread(HibariRuntime, capacity=choice.hibari_capacity)
             await asyncio.to_thread(runtime.warm)
         except WeightsError as exc:
-            # The neural voice's packages are missing or changed: speak, with the built-in voice.
-            log.warning("the neural voice cannot start (%s): speaking with eSpeak NG", exc)
-            return EspeakTalker(), PcmVocoder()
-        return KokoroTalker(runtime), PcmVocoder()
+            log.warning("hibari cannot start (%s): speaking with %s", exc, "Kokoro-82M" if kokoro else "eSpeak NG")
+            return kokoro or EspeakTalker(), PcmVocoder()
+        # One eSpeak NG for both (Kokoro's, closed with it).
+        return HibariTalker(runtime, kokoro.fallback if kokoro else None, kokoro=kokoro), PcmVocoder()
     if choice.talker != "vllm":
         raise BackendError(f"unknown talker {choice.talker!r} ({', '.join(TALKERS)})")
     if (choice.vocoder or "snac") != "snac":
@@ -271,3 +283,18 @@ async def _voice(choice: BackendChoice) -> tuple[Talker, Vocoder]:
     except ValueError as exc:
         raise BackendError(str(exc)) from None
     return CodecTalker(engine, layout), vocoder
+
+
+async def _kokoro(choice: BackendChoice) -> KokoroTalker | None:
+    """Kokoro-82M (with its own eSpeak NG for beyond its capacity), or None, with a warning,
+    if its weights are missing or changed."""
+    from duplex.pipeline.talkers.kokoro import KokoroRuntime, KokoroTalker
+
+    try:
+        runtime = await asyncio.to_thread(KokoroRuntime, threads=choice.kokoro_threads, capacity=choice.kokoro_capacity)
+        await asyncio.to_thread(runtime.warm)
+    except WeightsError as exc:
+        instead = "speaking with eSpeak NG" if choice.talker == "kokoro" else "its voices speak with hibari"
+        log.warning("the Kokoro voice cannot start (%s): %s", exc, instead)
+        return None
+    return KokoroTalker(runtime)

@@ -143,9 +143,10 @@ class Replying:
         self.drop_prepared()
         self._prepared_n += 1
         # Its own epochs, far above the session's (streams refuse epochs below their lowest live one).
-        stages = self._stages(
-            action.request, PREPARED_EPOCHS + self._prepared_n, action.output_rate, action.think, action.audio
-        )
+        # Its own request id too: a talker keeps a reply's voice and progress by request id.
+        rid = f"{action.request.request_id}-{self.c.session.id}-{self._prepared_n}"
+        request, think = replace(action.request, request_id=rid), replace(action.think, request_id=rid)
+        stages = self._stages(request, PREPARED_EPOCHS + self._prepared_n, action.output_rate, think, action.audio)
         run = Run(stages, prepared=action)
         run.task = self.c.tg.create_task(self._run(run), name="prepared")
         self._prepared = run

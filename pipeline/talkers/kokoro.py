@@ -26,22 +26,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
-import os
-import queue
 import threading
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 import numpy as np
 
 from duplex.pipeline.frames import AudioBuffer
-from duplex.pipeline.talker import SpeechRequest, TalkerChunk, TalkerError, WordMark
+from duplex.pipeline.talker import SpeechRequest, TalkerChunk, WordMark
 from duplex.pipeline.talkers import espeak
 from duplex.pipeline.talkers.kokoro_model import MODEL_SHA256, VOICES, KokoroModel
+from duplex.pipeline.talkers.pool import Cancelled, Job, SynthesisPool, set_nice
 from duplex.pipeline.talkers.segments import split_segments, trim, word_starts
 
 log = logging.getLogger("duplex.voice")
@@ -71,48 +69,30 @@ VOICE_ALIASES = {
 ESPEAK_PREFIX = "espeak:"
 
 
-class _Cancelled(Exception):
-    """The segment's reply was cancelled."""
-
-
 @dataclass(eq=False)
-class _Job:
-    """One segment to make, and the way its audio gets back to the loop."""
+class _Job(Job[tuple[np.ndarray, list[str]]]):
+    """One segment to make."""
 
-    text: str
-    voice: str
-    speed: float
-    loop: asyncio.AbstractEventLoop
-    first: bool
-    done: asyncio.Future[tuple[np.ndarray, list[str]]]
-    cancelled: threading.Event = field(default_factory=threading.Event)
+    text: str = ""
+    voice: str = ""
+    speed: float = 1.0
     options: Any = None
 
-    def deliver(self, result: tuple[np.ndarray, list[str]] | BaseException) -> None:
-        def put() -> None:
-            if self.done.done():
-                return
-            if isinstance(result, BaseException):
-                self.done.set_exception(result)
-            else:
-                self.done.set_result(result)
-
-        try:
-            self.loop.call_soon_threadsafe(put)
-        except RuntimeError:  # the loop is gone: nobody is listening any more
-            self.cancelled.set()
+    def cancel(self) -> None:
+        super().cancel()
+        if self.options is not None:
+            self.options.terminate = True  # stops the run in progress
 
 
 def _niced(make: Callable[[], KokoroModel], nice: int) -> KokoroModel:
     """Build the model on a thread at ``nice``: onnxruntime's own threads start there and
-    inherit it (Linux keeps a nice value per thread), so under load the listening
-    (VAD, recognition, the event loop) is served first and a reply makes way."""
+    inherit it, so under load the listening (VAD, recognition, the event loop) is served
+    first and a reply makes way."""
     out: list[KokoroModel | BaseException] = []
 
     def run() -> None:
         try:
-            with contextlib.suppress(OSError, AttributeError):  # not Linux, or not allowed: as is
-                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
+            set_nice(nice)
             out.append(make())
         except BaseException as exc:  # raised again on the caller's thread
             out.append(exc)
@@ -133,73 +113,46 @@ class KokoroRuntime:
 
         self._ort = ort
         self.model = _niced(lambda: KokoroModel(threads=threads), nice)
-        self._nice = nice
         self.capacity = capacity
-        """Replies that can be made at once in real time; more speak with eSpeak NG."""
+        """Replies that can be made at once in real time; more speak with another voice."""
         self.making = 0
         """Replies with segments still to make."""
-        self.made = 0
-        """Segments made."""
-        self.stopped = 0
-        """Segments cancelled before or while they were made."""
-        self._jobs: queue.PriorityQueue[tuple[int, int, _Job | None]] = queue.PriorityQueue()
-        self._order = itertools.count()
-        self._idle = threading.Condition()
-        self._outstanding = 0
-        self._threads = [threading.Thread(target=self._run, name=f"kokoro-{i}", daemon=True) for i in range(workers)]
-        for t in self._threads:
-            t.start()
+        self.pool: SynthesisPool[_Job] = SynthesisPool(self._make, workers=workers, nice=nice, name="kokoro")
 
-    def _run(self) -> None:
-        with contextlib.suppress(OSError, AttributeError):
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self._nice)
-        while (job := self._jobs.get()[2]) is not None:
-            try:
-                clauses = espeak.phonemize(job.text, "en" if job.voice.startswith("b") else "en-us")
-                job.options = self._ort.RunOptions()
-                if job.cancelled.is_set():  # (cancel sets terminate on options made from here on)
-                    raise _Cancelled
-                audio = self.model.run(self.model.tokens(clauses), job.voice, job.speed, job.options)
-                if job.cancelled.is_set():
-                    raise _Cancelled
-            except Exception as exc:  # a failed segment fails its reply, not the thread
-                if job.cancelled.is_set():
-                    self.stopped += 1
-                else:
-                    job.deliver(TalkerError(f"Kokoro: {exc}"))
-            else:
-                self.made += 1
-                job.deliver((audio, clauses))
-            finally:
-                with self._idle:
-                    self._outstanding -= 1
-                    self._idle.notify_all()
+    @property
+    def made(self) -> int:
+        """Segments made."""
+        return self.pool.made
+
+    @property
+    def stopped(self) -> int:
+        """Segments cancelled before or while they were made."""
+        return self.pool.stopped
+
+    def _make(self, job: _Job) -> tuple[np.ndarray, list[str]]:
+        clauses = espeak.phonemize(job.text, "en" if job.voice.startswith("b") else "en-us")
+        job.options = self._ort.RunOptions()
+        if job.cancelled.is_set():  # (cancel sets terminate on options made from here on)
+            raise Cancelled
+        return self.model.run(self.model.tokens(clauses), job.voice, job.speed, job.options), clauses
 
     def submit(self, job: _Job) -> None:
-        with self._idle:
-            self._outstanding += 1
-        self._jobs.put((0 if job.first else 1, next(self._order), job))
+        self.pool.submit(job)
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Block until every submitted segment has been made or stopped."""
-        with self._idle:
-            return self._idle.wait_for(lambda: self._outstanding == 0, timeout)
+        return self.pool.wait_idle(timeout)
 
     @staticmethod
     def cancel(job: _Job) -> None:
-        job.cancelled.set()
-        if job.options is not None:
-            job.options.terminate = True  # stops the run in progress
+        job.cancel()
 
     def warm(self) -> None:
         """One short synthesis: the first real one does not pay for set-up."""
         self.model.run(self.model.tokens(espeak.phonemize("Hello.")), VOICES[0], 1.0)
 
     def close(self) -> None:
-        for _ in self._threads:
-            self._jobs.put((2, next(self._order), None))
-        for t in self._threads:
-            t.join(timeout=5)
+        self.pool.close()
 
 
 @dataclass(slots=True)
@@ -301,7 +254,9 @@ class KokoroTalker:
         def submit(index: int) -> _Job | None:
             if index >= len(segments):
                 return None
-            job = _Job(segments[index][1], voice, speed, loop, first and index == 0, loop.create_future())
+            job = _Job(
+                loop, first and index == 0, loop.create_future(), text=segments[index][1], voice=voice, speed=speed
+            )
             self.runtime.submit(job)
             return job
 

@@ -1,0 +1,296 @@
+"""The default voice: hibari, Kokoro-82M's af_heart voice distilled into a 6 M-parameter model.
+
+``hibari-tts==0.2.1`` (Apache-2.0, with NOTICE) carries everything in its wheel: an
+8 MB int8 ONNX graph with an iSTFT vocoder, and its own G2P (misaki's lexicons and
+small nets; no eSpeak). Every file it reads is checked against a pinned sha256 here
+before the model is built. Only its bundled voice (``heart``) is ever used: the
+package's other voice names fetch files from a model hub at run time, so this module
+never passes a voice name to it (the model file is given by path) and refuses every
+name it does not own.
+
+It makes a sentence in ~20–50 ms on one core (~50x real time), so a reply is made
+sentence by sentence (long ones at their commas), the next sentence while the current
+one is handed on, and many replies fit at once. Like Kokoro it pads each call with
+~0.3 s of silence before the speech and ~0.5 s after it: both are cut to natural
+pauses. Word positions are each word's share of the sentence's phonemes.
+
+OpenAI's default voice name, ``alloy``, is this voice (it was Kokoro's af_heart, the
+voice hibari was distilled from). The other OpenAI names and Kokoro's own names speak
+with Kokoro, when it is loaded, within its capacity; beyond that, with this voice;
+beyond this voice's capacity, with eSpeak NG (``espeak:<voice>`` always).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Literal, cast
+
+import numpy as np
+
+from duplex.pipeline.frames import AudioBuffer
+from duplex.pipeline.talker import SpeechRequest, TalkerChunk, WordMark
+from duplex.pipeline.talkers import espeak
+from duplex.pipeline.talkers.pool import Cancelled, Job, SynthesisPool
+from duplex.pipeline.talkers.segments import trim, word_starts
+from duplex.pipeline.weights import PackagedFile
+
+if TYPE_CHECKING:  # Kokoro is optional at run time
+    from duplex.pipeline.talkers.kokoro import KokoroTalker
+
+log = logging.getLogger("duplex.voice")
+
+RATE = 24000
+CHUNK = RATE // 10
+"""Samples per chunk handed on (100 ms): the pacing and cancel granularity."""
+WORKERS = 2
+"""Synthesis threads (one onnxruntime thread each)."""
+CAPACITY = 16
+"""Replies made at once before a new one speaks with eSpeak NG (scripts/bench_voice.py
+measured 16 streams in real time on 2 cores, each sentence still ~10x faster than it plays)."""
+NICE = 0
+"""Not niced: a sentence costs tens of milliseconds, and the listener waits for the first."""
+REPLIES_KEPT = 512
+"""Replies whose voice and progress are remembered across their text segments."""
+MAX_CHARS = 160
+"""Longer sentences are made in pieces cut at commas (the model reads 400 phonemes at most)."""
+
+VERSION = "0.2.1"
+_PINS = {
+    "hibari.onnx": "5f70741d4e900f4e85d0037498736cc1b3e1b9a63a13546a5da1e63abf4fccd8",
+    "vocab.json": "70abefbe8a1c8865e43e0a43bbdc25b91a33e4aa053479d443ccf23e20a59e5d",
+    "oov.onnx": "d3cfd8122c5f172a98c8de38268bf1213ee09f2c2ae4df6e055fc6532590fe76",
+    "oov.json": "b462e6e5dbdf0e7346c732385d0dd844f612f1770871441c56932bff4ca75d8c",
+    "lexicon_us_gold.json.gz": "63ae94f8ef0e906d5b24fe9b59ffcbd1529aca5686a774610e43973cbaa86ad2",
+    "lexicon_us_silver.json.gz": "c4c2546ebf1eb07010331e7ef785a431aa17ba8e7bfb6b4af8d654ee96a71fd3",
+    "tagger.json.gz": "d2da7502284bbbe45d49e0b7ce3ce67bdab82254150f4317f1b8559b4d38d0eb",
+    "tokenizer_exceptions.json": "ddf3a3da07bdcf5144270ea4530191d8580fb4fd6f5ae93296e87916e795659a",
+    "normalize.json": "d478ff05404bc43ac3e0468e306674e51085f1b1afc94cdef7c7ea4fb0d56bd8",
+}
+FILES = tuple(PackagedFile("hibari-tts", VERSION, f"hibari/assets/{name}", sha) for name, sha in _PINS.items())
+MODEL = FILES[0]
+
+VOICE = "heart"
+NAMES = ("alloy", VOICE)
+"""The names this voice answers to: OpenAI's default and its own."""
+ESPEAK_PREFIX = "espeak:"
+
+Route = Literal["hibari", "kokoro", "espeak"]
+
+
+class HibariModel:
+    """The verified model and its G2P; :meth:`make` is thread-safe."""
+
+    def __init__(self) -> None:
+        for spec in FILES:  # every file hibari will read, before it reads any
+            spec.read()
+        from hibari import Hibari
+
+        # The model by path: a voice name would let the package look for a download.
+        self.tts: Any = Hibari(model=str(MODEL.locate()), threads=1)
+        self._g2p_lock = threading.Lock()
+        self.phonemize(".")  # builds the G2P (lexicons, tagger) now, not in a first reply
+
+    def phonemize(self, text: str) -> str:
+        """Phonemes of ``text`` in the model's alphabet, words separated by spaces."""
+        with self._g2p_lock:  # its tokenizer and caches are plain Python state
+            return str(self.tts.g2p(text))
+
+    def make(self, phonemes: str, speed: float) -> np.ndarray:
+        """Float audio at 24 kHz (with the model's padding)."""
+        ids = self.tts.ids(phonemes)
+        return np.asarray(self.tts.from_ids(ids, speed, np.random.default_rng(0)), np.float32)
+
+
+@dataclass(eq=False)
+class _Job(Job[tuple[np.ndarray, str]]):
+    """One sentence (or a long sentence's piece) to make."""
+
+    text: str = ""
+    speed: float = 1.0
+
+
+class HibariRuntime:
+    """The model and its worker threads, shared by every session."""
+
+    def __init__(self, *, workers: int = WORKERS, capacity: int = CAPACITY, nice: int = NICE) -> None:
+        self.model = HibariModel()
+        self.capacity = capacity
+        """Replies made at once; more speak with eSpeak NG."""
+        self.making = 0
+        """Replies with sentences still to make."""
+        self.pool: SynthesisPool[_Job] = SynthesisPool(self._make, workers=workers, nice=nice, name="hibari")
+
+    def _make(self, job: _Job) -> tuple[np.ndarray, str]:
+        phonemes = self.model.phonemize(job.text)
+        if job.cancelled.is_set():
+            raise Cancelled
+        return self.model.make(phonemes, job.speed), phonemes
+
+    def warm(self) -> None:
+        """One short synthesis: the first real one does not pay for set-up."""
+        self.model.make(self.model.phonemize("Hello there."), 1.0)
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+@dataclass(slots=True)
+class _Reply:
+    """A reply's voice (decided once) and how much of it has been spoken."""
+
+    route: Route
+    voice: str | None
+    spoken: int = 0
+
+
+class HibariTalker:
+    """The default talker: hibari's voice for ``alloy``, Kokoro's voices for the other
+    names (if given), eSpeak NG as ``espeak:<voice>`` and beyond capacity."""
+
+    name = "hibari"
+    artifact_id = f"hibari-{VERSION}@{MODEL.sha256[:12]}"
+    sample_rate = RATE
+
+    def __init__(
+        self,
+        runtime: HibariRuntime | None = None,
+        fallback: espeak.EspeakTalker | None = None,
+        *,
+        kokoro: KokoroTalker | None = None,
+        default_voice: str = "alloy",
+    ) -> None:
+        self._own_runtime = runtime is None
+        self.runtime = runtime or HibariRuntime()
+        self._own_fallback = fallback is None
+        self.fallback = fallback or espeak.EspeakTalker()
+        self.kokoro = kokoro
+        self.default_voice = default_voice
+        self.fallbacks = 0
+        """Replies spoken with eSpeak NG because this voice was at capacity."""
+        self.overflows = 0
+        """Replies asked of Kokoro that this voice spoke because Kokoro was at capacity."""
+        self._replies: OrderedDict[str, _Reply] = OrderedDict()
+        self.check_voice(default_voice)
+
+    def names(self) -> list[str]:
+        """The voice names besides eSpeak NG's: this voice's, then Kokoro's (OpenAI's names
+        first), or only OpenAI's names when Kokoro is not loaded (they speak with this voice)."""
+        from duplex.pipeline.talkers.kokoro import VOICE_ALIASES
+        from duplex.pipeline.talkers.kokoro_model import VOICES
+
+        others = (*VOICE_ALIASES, *VOICES) if self.kokoro is not None else tuple(VOICE_ALIASES)
+        return [*NAMES, *(n for n in others if n not in NAMES)]
+
+    def _route(self, voice: str) -> Route:
+        if voice.startswith(ESPEAK_PREFIX):
+            return "espeak"
+        if voice not in self.names():
+            raise ValueError(f"unknown voice {voice!r} (one of {', '.join(self.names())}, or espeak:<voice>)")
+        return "hibari" if voice in NAMES or self.kokoro is None else "kokoro"
+
+    def check_voice(self, voice: str) -> None:
+        """Raise ValueError unless ``voice`` is this voice, a Kokoro voice, or ``espeak:<voice>``."""
+        if self._route(voice) == "espeak":
+            self.fallback.check_voice(voice.removeprefix(ESPEAK_PREFIX))
+
+    def voices(self) -> list[str]:
+        return [*self.names(), *(ESPEAK_PREFIX + v for v in self.fallback.voices())]
+
+    def _reply(self, request_id: str, voice: str) -> _Reply:
+        reply = self._replies.get(request_id)
+        if reply is not None:
+            self._replies.move_to_end(request_id)
+            return reply
+        route = self._route(voice)
+        chosen: str | None = voice
+        if route == "kokoro" and self.kokoro is not None:
+            rt = self.kokoro.runtime
+            if rt.making >= rt.capacity:
+                route, chosen = "hibari", VOICE
+                self.overflows += 1
+                log.info("Kokoro is making %d replies (its capacity): this one speaks with hibari", rt.making)
+        if route == "hibari" and self.runtime.making >= self.runtime.capacity:
+            self.fallbacks += 1
+            log.warning(
+                "the neural voice is making %d replies (its capacity): this one speaks with eSpeak NG",
+                self.runtime.making,
+                extra={"response": request_id},
+            )
+            route, chosen = "espeak", ESPEAK_PREFIX + (voice if voice in espeak.VOICE_ALIASES else "alloy")
+        reply = self._replies[request_id] = _Reply(route, chosen)
+        while len(self._replies) > REPLIES_KEPT:
+            self._replies.popitem(last=False)
+        return reply
+
+    async def speak(self, request: SpeechRequest) -> AsyncIterator[TalkerChunk]:
+        """Stream the request's audio sentence by sentence, with estimated word positions.
+        A reply's text segments (one request each, the same ``request_id``) keep one voice."""
+        reply = self._reply(request.request_id, request.voice or self.default_voice)
+        source: AsyncIterator[TalkerChunk]
+        if reply.route == "espeak":
+            assert reply.voice is not None
+            source = self.fallback.speak(replace(request, voice=reply.voice.removeprefix(ESPEAK_PREFIX)))
+        elif reply.route == "kokoro":
+            assert self.kokoro is not None
+            source = self.kokoro.speak(replace(request, voice=reply.voice))
+        else:
+            source = self._speak(request, reply)
+        # Closed here, not whenever it is collected: a cancel frees its work at once.
+        async with contextlib.aclosing(cast(AsyncGenerator[TalkerChunk, None], source)):
+            async for chunk in source:
+                yield chunk
+
+    async def _speak(self, request: SpeechRequest, reply: _Reply) -> AsyncIterator[TalkerChunk]:
+        loop = asyncio.get_running_loop()
+        speed = float(min(2.0, max(0.5, request.speed)))
+        pieces = espeak.split_for_speech(request.text, MAX_CHARS)
+        first = reply.spoken == 0
+        reply.spoken += len(request.text)
+
+        def submit(index: int) -> _Job | None:
+            if index >= len(pieces):
+                return None
+            job = _Job(loop, first and index == 0, loop.create_future(), text=pieces[index][1], speed=speed)
+            self.runtime.pool.submit(job)
+            return job
+
+        self.runtime.making += 1
+        making = True
+        base = 0
+        job = submit(0)
+        try:
+            for index, (offset, text) in enumerate(pieces):
+                assert job is not None
+                audio, phonemes = await job.done
+                job = submit(index + 1)  # the next sentence is made while this one plays
+                if job is None and making:
+                    self.runtime.making -= 1
+                    making = False
+                audio = trim(audio, text, RATE, last=index == len(pieces) - 1)
+                pcm = (np.clip(audio, -1.0, 1.0) * 32767).astype(np.int16)
+                starts = word_starts(text, [phonemes], pcm.size, RATE)
+                for at in range(0, pcm.size, CHUNK):
+                    marks = tuple(
+                        WordMark(offset + s, offset + e, base + p) for s, e, p in starts if at <= p < at + CHUNK
+                    )
+                    yield TalkerChunk(AudioBuffer(pcm[at : at + CHUNK], "pcm16", RATE, self.name), marks)
+                base += pcm.size
+        finally:
+            if job is not None:
+                job.cancel()
+            if making:
+                self.runtime.making -= 1
+
+    async def aclose(self) -> None:
+        if self._own_runtime:
+            await asyncio.to_thread(self.runtime.close)
+        if self.kokoro is not None:
+            await self.kokoro.aclose()
+        if self._own_fallback:
+            await self.fallback.aclose()
