@@ -1,9 +1,10 @@
-"""Model weights that ship inside registry packages, found and verified at load.
+"""Model weights that ship inside packages, found and verified at load.
 
 Nothing is downloaded at run time: a model's files are located in the installed
-distribution that carries them (without importing it), and each file's sha256 is
-checked against the value pinned here before it is used. A missing package or a
-changed file is refused with one line that says what to install.
+distribution that carries them (without importing it), or in Duplex's own package
+data (``duplex.assets``), and each file's sha256 is checked against the value
+pinned here before it is used. A missing package or a changed file is refused
+with one line that says what to install.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from importlib import metadata
+from importlib.util import find_spec
 from pathlib import Path
 
 
@@ -65,3 +67,31 @@ def verify(spec: PackagedFile, data: bytes) -> None:
             f"{spec.requirement}: {spec.path} has sha256 {digest[:12]}…, not the pinned "
             f"{spec.sha256[:12]}…; reinstall {spec.requirement}"
         )
+
+
+@dataclass(frozen=True, slots=True)
+class AssetFile:
+    """One file of Duplex's own package data (``duplex.assets``), with its expected sha256."""
+
+    path: str
+    """Path under ``assets/`` (``models/smart_turn/...``)."""
+    sha256: str
+
+    def locate(self) -> Path:
+        """Where the file is installed (raises WeightsError if it is not)."""
+        spec = find_spec("duplex.assets")
+        for location in (spec.submodule_search_locations or []) if spec else []:
+            path = Path(location) / self.path
+            if path.is_file():
+                return path
+        raise WeightsError(f"assets/{self.path} is not installed: reinstall duplex (it is package data of the wheel)")
+
+    def read(self) -> bytes:
+        """The file's bytes, after checking them against the pinned sha256."""
+        data = self.locate().read_bytes()
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != self.sha256:
+            raise WeightsError(
+                f"assets/{self.path} has sha256 {digest[:12]}…, not the pinned {self.sha256[:12]}…; reinstall duplex"
+            )
+        return data

@@ -19,7 +19,14 @@ speech as the corpus marks it.
   time from its end to the new reply's first audio.
 * turns in continuous babble (10 dB SNR): the turn must end while the babble goes on.
 
-    python scripts/bench_hearing.py [--quick] [--turns-only] [--talker kokoro --talker espeak]
+The corpus is split by voice into the part the policy was tuned on and a held-out
+part it is only measured on (``--split``; both by default, reported side by side:
+the held-out figures are the ones that count). ``--fast`` replays faster than real
+time, synced on the input clock: turn, pause and barge-in decisions are the same as
+at real time (they are made on the sample clock), but the wall-clock parts of the
+latencies (first audio, recognition) are left out; it is for tuning.
+
+    python scripts/bench_hearing.py [--quick] [--fast] [--split heldout] [--turns-only] [--talker kokoro]
 """
 
 from __future__ import annotations
@@ -89,8 +96,12 @@ def first(events: list[Received], etype: str, after: int = 0, **match: Any) -> R
     )
 
 
+FAST = False
+"""Replay faster than real time (``--fast``)."""
+
+
 async def session(url: str, td: str) -> SimulatedClient:
-    sim = await SimulatedClient.open(url, realtime=True)
+    sim = await SimulatedClient.open(url, realtime=not FAST)
     await sim.send("session.update", session={"turn_detection": {"type": td}})
     await sim.start()
     return sim
@@ -252,8 +263,21 @@ def rate(flags: list[bool]) -> str:
     return f"{sum(flags) / len(flags):.3f} ({sum(flags)}/{len(flags)})" if flags else "-"
 
 
-async def run(url: str, td: str, quick: bool, turns_only: bool = False) -> Tally:
-    corpus, t = load_corpus(), Tally()
+class Part:
+    """The clips of one split of the corpus."""
+
+    def __init__(self, split: str) -> None:
+        corpus = load_corpus()
+        self.clips = [c for c in corpus.clips if split == "all" or getattr(c, "split", "tune") == split]
+        self.turns = [c for c in self.clips if c.kind == "turn"]
+        self.paused = [c for c in self.clips if c.kind == "paused"]
+        self.backchannels = [c for c in self.clips if c.kind == "backchannel"]
+        noises = [c.name for c in self.clips if c.kind == "noise"]
+        self.noises = noises or ["babble", "music"]
+
+
+async def run(url: str, td: str, quick: bool, turns_only: bool = False, split: str = "all") -> Tally:
+    corpus, t = Part(split), Tally()
     step = 2 if quick else 1
     for i, clip in enumerate(corpus.turns[::step]):
         await turn(url, td, clip, CONDITIONS[i % len(CONDITIONS)], i, t)
@@ -266,7 +290,7 @@ async def run(url: str, td: str, quick: bool, turns_only: bool = False) -> Tally
             await pause(url, td, clip, condition, i + j, t)
     for clip in corpus.backchannels[::step]:
         await over_reply(url, td, variant(clip, "clean", RATE), t, kind="backchannel")
-    for name in ("babble", "music"):
+    for name in corpus.noises:
         for level in (-40.0, -36.0):
             await over_reply(url, td, noise(name, 4.0, level, RATE, seed=7), t, kind="noise")
     for clip in corpus.turns[1 : 2 * 12 : 2][: 6 if quick else 12]:
@@ -315,15 +339,20 @@ async def main() -> None:
     ap.add_argument("--detector", choices=("server_vad", "semantic_vad"), action="append")
     ap.add_argument("--talker", action="append", help="compare these voices (duplex serve --talker) instead")
     ap.add_argument("--turns-only", action="store_true", help="only turns and interruptions")
+    ap.add_argument("--split", choices=("tune", "heldout", "all"), action="append", help="default: tune and heldout")
+    ap.add_argument("--fast", action="store_true", help="faster than real time (decisions exact, latencies not)")
     args = ap.parse_args()
+    global FAST
+    FAST = args.fast
     results: dict[str, Tally] = {}
     for talker in args.talker or [None]:
         server = ServerProcess(*(("--talker", talker) if talker else ()))
         with server.running():
-            for td in args.detector or ("server_vad", "semantic_vad"):
-                name = f"{td}, {talker}" if talker else td
-                results[name] = await run(server.url, td, args.quick, args.turns_only)
-                print(f"{name}: done", flush=True)
+            for split in args.split or ("tune", "heldout"):
+                for td in args.detector or ("server_vad", "semantic_vad"):
+                    name = ", ".join(x for x in (td, talker, split) if x)
+                    results[name] = await run(server.url, td, args.quick, args.turns_only, split)
+                    print(f"{name}: done", flush=True)
     report(results)
 
 

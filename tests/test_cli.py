@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import os
 import signal
@@ -13,6 +14,9 @@ import urllib.request
 import websockets
 
 from duplex.app.harness.net import free_port
+from tests.util import need
+
+HAVE_VLLM = all(importlib.util.find_spec(m) is not None for m in ("vllm", "snac", "torch"))
 
 
 async def test_serve_starts_answers_and_closes_sessions_on_sigterm():
@@ -64,32 +68,41 @@ def test_bad_port_is_a_clear_error(capsys):
     assert "--asr-workers must be at least 1" in capsys.readouterr().err
 
 
+def _serve(*args: str) -> tuple[int, str]:
+    """``duplex serve`` in this process on a free port: its exit code and stderr."""
+    import contextlib
+    import io
+
+    from duplex.app.cli.main import main
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(["serve", "--port", "0", *args])
+    return code, err.getvalue()
+
+
 def test_thinker_configuration_is_checked_at_start(tmp_path):
-    def serve(*args: str) -> tuple[int, str]:
-        import contextlib
-        import io
-
-        from duplex.app.cli.main import main
-
-        err = io.StringIO()
-        with contextlib.redirect_stderr(err):
-            code = main(["serve", "--port", "0", *args])
-        return code, err.getvalue()
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         dead = s.getsockname()[1]  # nothing listens here once the socket closes
-    code, err = serve("--thinker", "openai", "--thinker-url", f"http://127.0.0.1:{dead}", "--thinker-model", "m")
+    code, err = _serve("--thinker", "openai", "--thinker-url", f"http://127.0.0.1:{dead}", "--thinker-model", "m")
     assert code == 2 and "not reachable" in err
-    code, err = serve("--thinker", "openai")
+    code, err = _serve("--thinker", "openai")
     assert code == 2 and "--thinker-url" in err
-    code, err = serve("--thinker", "vllm", "--thinker-model", str(tmp_path / "missing"))
+    code, err = _serve("--thinker-sampling", "{not json")
+    assert code == 2 and "not JSON" in err
+    if not HAVE_VLLM:  # without the extra: one line that names it, not a traceback
+        code, err = _serve("--thinker", "vllm", "--thinker-model", str(tmp_path))
+        assert code == 2 and "the vLLM backend is not installed" in err and "Traceback" not in err
+
+
+def test_vllm_thinker_configuration_is_checked_at_start(tmp_path):
+    need(HAVE_VLLM, "the vLLM tests need the vllm extra: pip install -e '.[vllm]'", extra="vllm")
+    code, err = _serve("--thinker", "vllm", "--thinker-model", str(tmp_path / "missing"))
     assert code == 2 and "does not exist" in err
     model = tmp_path / "no-template"
     model.mkdir()
     (model / "config.json").write_text('{"architectures": ["LlamaForCausalLM"], "vocab_size": 100}')
     (model / "model.safetensors").write_bytes(b"")
-    code, err = serve("--thinker", "vllm", "--thinker-model", str(model))
+    code, err = _serve("--thinker", "vllm", "--thinker-model", str(model))
     assert code == 2 and "no chat template" in err
-    code, err = serve("--thinker-sampling", "{not json")
-    assert code == 2 and "not JSON" in err

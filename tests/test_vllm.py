@@ -31,7 +31,7 @@ LONG = "This reply is long enough to be cut off by the listener well before its 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> tuple[Path, Path]:
-    need(HAVE_VLLM, "the vLLM tests need the vllm extra: pip install -e '.[vllm]'")
+    need(HAVE_VLLM, "the vLLM tests need the vllm extra: pip install -e '.[vllm]'", extra="vllm")
     from duplex.app.harness.models import build_snac, build_tiny_llama
 
     root = tmp_path_factory.mktemp("models")
@@ -334,7 +334,7 @@ async def test_with_auto_choice_vllms_tool_parser_reads_the_models_call(tserver)
 
 
 def test_a_required_answer_cut_short_by_max_tokens_keeps_its_complete_calls():
-    need(HAVE_VLLM, "the vLLM tests need the vllm extra: pip install -e '.[vllm]'")
+    need(HAVE_VLLM, "the vLLM tests need the vllm extra: pip install -e '.[vllm]'", extra="vllm")
     from duplex.pipeline.thinkers.vllm_chat import _complete_calls
 
     whole = (

