@@ -73,10 +73,13 @@ def test_words_that_hang_wait_for_more():
         "Well...",
         "If it's not too much trouble.",  # an opening clause with no main clause yet
         "Let me think about it for a second.",  # holding the floor
+        "Wait.",  # a preface alone
+        "Okay, so.",
     )
     for text in hanging:
         assert words_hang(text), text
     whole = ("Book a table for four.", "What time is it?", "Thank you.", "Who are you waiting for?", "I like it", "")
+    whole += ("Wait, stop talking now.", "Yes.", "Okay.", "No thanks.")
     for text in (*whole, "When you get a chance, could you turn up the heating?"):
         assert not words_hang(text), text
 
@@ -330,6 +333,18 @@ def test_a_turn_ends_where_its_words_did_while_quieter_babble_goes_on():
     assert turn.audio_end == words_end + ms(ASK_MS), "the turn ended though the babble never stopped"
     out = feed(ears, 30, pcm=QUIET)
     assert not of(Started, out), "the babble does not start speech of its own"
+
+
+def test_speech_over_a_reply_is_transcribed_sooner_so_an_interruption_is_judged_sooner():
+    ears = Listener(Script([0.9] * 60), RATE, SEMANTIC, floor_dbfs=float("-inf"), ears=HEARS_ALL)
+    out = feed(ears, 24, replying=True)  # 768 ms of speech over a reply: it ducks, and is judged
+    assert of(Pause, out), "the reply ducked"
+    partials = of(Partial, out)
+    assert [p.upto for p in partials] == [ms(224), ms(448), ms(672)], "every ~200 ms (32 ms windows), not 400"
+    ears.hearing("wait, please stop", partials[-1].upto)
+    assert ears.barge_in.state is BargeState.INTERRUPTED
+    out = feed(ears, 25, replying=True)
+    assert [p.upto - ms(672) for p in of(Partial, out)] == [ms(416), ms(832)], "judged: every 400 ms again"
 
 
 def test_a_recogniser_that_lags_does_not_end_a_turn_the_user_is_still_speaking():

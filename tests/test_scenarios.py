@@ -131,3 +131,21 @@ async def test_replay_command_line(server, tmp_path):
     assert [r["passed"] for r in data] == [True, False]
     with wave.open(str(tmp_path / "wav" / "plain_turn.wav")) as w:
         assert w.getnchannels() == 2 and w.getframerate() == 24000 and w.getnframes() > 24000
+
+
+@pytest.fixture(scope="module")
+def default_server():
+    from duplex.app.harness.servers import ServerProcess
+
+    with ServerProcess().running() as proc:  # every default: semantic_vad, hibari, Whisper, Smart Turn
+        yield proc
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
+async def test_scenario_against_the_default_server(path: Path, default_server, talker, tmp_path):
+    # The scenarios were written against the test configuration (server_vad); a user replays
+    # them against `duplex serve` as it starts, and they must hold there too.
+    runner = Runner(default_server.url, talker=talker, wav_dir=tmp_path / "wav")
+    result = await runner.run(load(path))
+    assert result.passed, "\n".join(result.failures)
+    assert result.stale_bytes == 0

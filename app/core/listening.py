@@ -36,6 +36,9 @@ TAIL_MS = 100
 """Audio kept after the end of speech for recognition (Silero already ends ~70 ms late)."""
 PARTIAL_EVERY_MS = 400
 """Speech between two partial transcripts."""
+JUDGE_EVERY_MS = 200
+"""...while the speech is over a ducked reply: its first words decide whether the reply is
+cancelled, so they are asked for sooner (an interruption silences the reply sooner)."""
 HYSTERESIS = 0.15
 """Once speech has started, windows down to ``threshold - HYSTERESIS`` still count as speech."""
 LATE_MS = 600
@@ -107,7 +110,8 @@ class Listener:
             if self.barge_in.state is BargeState.IGNORED:  # noise: end it, so the user's speech starts afresh
                 out += self._stop(self.vad.samples, self._speech_end)
         if self._onset is not None:
-            every = ms_to_samples(PARTIAL_EVERY_MS, self.rate)
+            judging = self.barge_in.state is BargeState.PAUSED
+            every = ms_to_samples(JUDGE_EVERY_MS if judging else PARTIAL_EVERY_MS, self.rate)
             if self.ears.partials and not self._silent and self.vad.samples - self._partial_at >= every:
                 self._partial_at = self.vad.samples
                 out.append(Partial(self._slice(self._segment_start, self.vad.samples), self.vad.samples))

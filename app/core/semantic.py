@@ -84,6 +84,14 @@ _OPENS_CLAUSE = frozenset({
 # The speaker holds the floor to think ("Let me think about it for a second, ...").
 _HOLDING = ("let me think", "let me see", "give me a second", "give me a moment", "hold on", "hang on",
             "just a moment", "one moment", "one second", "wait a second")  # fmt: skip
+# A turn that is only a discourse marker is a preface ("Wait, ...", "So, ...", "Okay, so
+# ..."): Whisper writes "Wait." with a full stop, and a listener would not answer it.
+# ("Yes." and "Okay." alone are answers.)
+_PREFACES = frozenset({
+    "wait", "so", "well", "actually", "and", "but", "hmm", "um", "uh", "er", "look", "listen", "hey", "anyway",
+    "also",
+})  # fmt: skip
+_ACKS = frozenset({"okay", "ok", "alright", "right", "yes", "yeah", "no", "oh"})
 _SENTENCE_END = re.compile(r"(?<=[.?!])\s+")
 _WORD = re.compile(r"[a-z']+")
 
@@ -91,7 +99,8 @@ _WORD = re.compile(r"[a-z']+")
 def words_hang(text: str) -> bool:
     """Whether a transcript stops mid-phrase: on a comma or dash, on a word that needs
     more after it ("to", "the", "and", "um"), inside an opening clause ("If it's not too
-    much trouble"), or while the speaker holds the floor ("Let me think...")."""
+    much trouble"), while the speaker holds the floor ("Let me think..."), or when all
+    of it is a preface ("Wait.", "Okay, so.")."""
     t = text.strip().lower()
     if not t:
         return False
@@ -102,6 +111,8 @@ def words_hang(text: str) -> bool:
         return False
     if words[-1] in (_HANGING_ALWAYS if t.endswith("?") else _HANGING):
         return True
+    if len(words) <= 3 and words[-1] in _PREFACES and all(w in _PREFACES | _ACKS for w in words):
+        return True  # the whole turn so far is "Wait." or "Okay, so."
     last = _SENTENCE_END.split(t)[-1]
     opening = _WORD.findall(last)[:1]
     return (bool(opening) and opening[0] in _OPENS_CLAUSE and "," not in last) or last.startswith(_HOLDING)
