@@ -22,7 +22,7 @@ from duplex.app.core.events import (
     TranscriptionDelta,
 )
 from duplex.app.core.listening import TAIL_MS, Listener
-from duplex.app.core.semantic import ASK_MS, EAGERNESS, SemanticTurns, words_hang
+from duplex.app.core.semantic import EAGERNESS, OWN_PAUSE_MARGIN_MS, SemanticTurns, words_hang
 from duplex.app.core.session import Session
 from duplex.app.core.settings import SessionSettings, TurnDetection
 from duplex.app.core.signals import (
@@ -41,6 +41,7 @@ from duplex.app.core.transcripts import Transcripts
 from tests.test_listening import RATE, WINDOW, Script
 
 HEARS_ALL = Ears(transcripts=True, partials=True, turn_model=True)
+ASK_MS = EAGERNESS["medium"].ask_ms
 SEMANTIC = TurnDetection(type="semantic_vad", threshold=0.5, prefix_padding_ms=0, min_speech_ms=150)
 LOUD = np.full(WINDOW, 3000, np.int16)  # -21 dBFS
 QUIET = np.full(WINDOW, 300, np.int16)  # -41 dBFS
@@ -119,6 +120,21 @@ def test_eagerness_orders_the_waits_and_answers_about_an_older_pause_are_ignored
     turns.answered(ms(1000), 0.99)
     turns.heard(ms(1000), "Done.")
     assert turns.ended(ms(2000), ms(2000) + ms(ASK_MS)) is None, "the speech went on since that answer"
+
+
+def test_a_user_who_went_on_after_a_long_pause_gets_a_quick_end_only_after_that_long():
+    turns = SemanticTurns("medium", RATE, HEARS_ALL)
+    turns.resumed(ms(1000), ms(1000) + ms(60))  # a gap between words: not a habit
+    assert turns.quick_ms() == ASK_MS
+    turns.resumed(ms(2000), ms(2000) + ms(380))  # went on after 380 ms of silence
+    assert turns.quick_ms() == 380 + OWN_PAUSE_MARGIN_MS
+    turns.answered(ms(5000), 0.99)
+    turns.heard(ms(5000), "Tell me a joke.")
+    assert turns.ended(ms(5000), ms(5000) + ms(ASK_MS)) is None, "not at once any more"
+    assert turns.ended(ms(5000), ms(5000) + ms(480)) == ms(5000) + ms(480)
+    turns.resumed(ms(6000), ms(6000) + ms(3000))  # a new thought, not a pause
+    assert turns.quick_ms() == 480
+    assert SemanticTurns("medium", RATE, HEARS_ALL).quick_ms() == ASK_MS, "per session"
 
 
 def test_without_a_model_the_words_and_the_silence_decide():

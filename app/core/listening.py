@@ -97,6 +97,8 @@ class Listener:
             elif w.probability >= self.td.threshold - HYSTERESIS and not self._background(w.end, w.level):
                 if self._silent and self._paused_at == self._speech_end:
                     out.append(Continued())  # what was prepared for that pause is void
+                if self._silent:
+                    self.turns.resumed(self._speech_end, w.start)
                 self._speech_end, self._silent = w.end, False
                 self.stall.resumed()
                 if w.probability >= self.td.threshold:

@@ -1,21 +1,23 @@
 """``semantic_vad``: end the turn when the speaker sounds finished, not after a fixed silence.
 
-Once speech has paused for :data:`ASK_MS`, the end-of-turn model hears the end of
-the turn and says how likely it is complete, and the recogniser transcribes the
-turn as it stands (both off the event loop; their answers come back here). The
-silence the turn then needs depends on both:
+Once speech has paused for the eagerness's ``ask_ms``, the end-of-turn model hears
+the end of the turn (with that much silence) and says how likely it is complete; at
+the pause the recogniser transcribes the turn as it stands (both off the event loop;
+their answers come back here). The silence the turn then needs depends on both:
 
 * the model is sure and the words do not hang (no trailing "and", "to the", ",")
-  -> the turn ends at once (~0.2-0.3 s after the speech);
+  -> the turn ends at ``ask_ms`` (~0.2-0.3 s after the speech);
 * the model leans to complete -> a little more silence (``settle_ms``);
 * otherwise, or the words hang -> ``max_ms`` of silence.
 
 The model alone is not enough: run as Pipecat runs it (P > 0.5 after 0.2 s), it
 ends turns inside most 250-450 ms mid-sentence pauses of natural speech. So a
 quick end needs a high probability and words that do not hang, and a mid-sentence
-pause that fools the model still has to outlast ``settle_ms``. ``eagerness`` sets
-the trade (``auto`` is ``medium``). With no model, the transcript and the silence
-decide; with no recogniser, the model and the silence.
+pause that fools the model still has to outlast ``settle_ms``. And the speaker's
+own habits count: once this user has gone on after a pause of some length, a quick
+end waits that long (and a little more) from then on. ``eagerness`` sets the trade
+(``auto`` is ``medium``). With no model, the transcript and the silence decide; with
+no recogniser, the model and the silence.
 
 The turn ends at ``speech_end + required silence`` on the input clock, whenever the
 answers arrived: the same audio gives the same turn boundaries.
@@ -29,16 +31,19 @@ from dataclasses import dataclass
 from duplex.app.core.ears import Ears
 from duplex.app.core.units import ms_to_samples
 
-ASK_MS = 100
-"""Silence after speech before the end-of-turn model is asked (Silero's end of speech
-is ~70 ms late already). Measured on the natural-voice set, the model tells finished
-turns from mid-sentence pauses better this early than at 200 ms."""
+OWN_PAUSE_MARGIN_MS = 100
+"""A quick end waits this much longer than the longest pause this user went on after."""
+OWN_PAUSE_MAX_MS = 800
+"""...counting pauses up to this long (a longer one is a new thought, not a habit)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Eagerness:
     """How readily a pause ends the turn."""
 
+    ask_ms: int
+    """Silence after the speech (Silero's end of speech is ~70 ms late already) when the
+    end-of-turn model is asked, and when a sure answer ends the turn."""
     sure: float
     """P(complete) that ends the turn at once (unless the words hang)."""
     likely: float
@@ -49,9 +54,9 @@ class Eagerness:
 
 
 EAGERNESS = {
-    "low": Eagerness(sure=0.99, likely=0.7, settle_ms=900, max_ms=2000),
-    "medium": Eagerness(sure=0.95, likely=0.5, settle_ms=500, max_ms=1200),
-    "high": Eagerness(sure=0.9, likely=0.3, settle_ms=400, max_ms=800),
+    "low": Eagerness(ask_ms=100, sure=0.99, likely=0.7, settle_ms=900, max_ms=2000),
+    "medium": Eagerness(ask_ms=100, sure=0.95, likely=0.5, settle_ms=500, max_ms=1200),
+    "high": Eagerness(ask_ms=100, sure=0.9, likely=0.3, settle_ms=400, max_ms=800),
 }
 """Tuned on the natural-voice set (tests/voices, 4 conditions): 100 ms into the silence,
 Smart Turn gives P >= 0.95 to 63% of finished turns whose words do not hang, and to 1
@@ -129,10 +134,19 @@ class SemanticTurns:
         self._probability: float | None = None
         self._text: str | None = None
         self._asked: int | None = None  # the speech_end the model was last asked about
+        self.own_pause_ms = 0
+        """The longest pause (``ask_ms`` to :data:`OWN_PAUSE_MAX_MS`) this user went on after."""
 
     def _about(self, speech_end: int) -> None:
         if self._key != speech_end:
             self._key, self._probability, self._text = speech_end, None, None
+
+    def quick_ms(self) -> int:
+        """When a sure answer ends the turn: ``ask_ms``, or later for a user who has gone
+        on after longer pauses (never past ``settle_ms``)."""
+        if not self.own_pause_ms:
+            return self.e.ask_ms
+        return min(self.e.settle_ms, max(self.e.ask_ms, self.own_pause_ms + OWN_PAUSE_MARGIN_MS))
 
     def required_ms(self) -> int:
         """Silence the current pause needs, given what is known of it so far."""
@@ -144,7 +158,7 @@ class SemanticTurns:
         if p is None:  # no model: finished-sounding words still wait a little
             return e.settle_ms
         if p >= e.sure:
-            return ASK_MS
+            return self.quick_ms()
         return e.settle_ms if p >= e.likely else e.max_ms
 
     def ended(self, speech_end: int, now: int) -> int | None:
@@ -153,7 +167,7 @@ class SemanticTurns:
         return end if now >= end else None
 
     def ask(self, speech_end: int, now: int) -> int | None:
-        upto = speech_end + ms_to_samples(ASK_MS, self.rate)
+        upto = speech_end + ms_to_samples(self.e.ask_ms, self.rate)
         if not self.ears.turn_model or now < upto or self._asked == speech_end:
             return None
         self._asked = speech_end
@@ -166,3 +180,9 @@ class SemanticTurns:
     def heard(self, speech_end: int, text: str) -> None:
         self._about(speech_end)
         self._text = text
+
+    def resumed(self, speech_end: int, onset: int) -> None:
+        """The user went on at input sample ``onset`` after the speech that ended at ``speech_end``."""
+        pause = (onset - speech_end) * 1000 // self.rate
+        if self.e.ask_ms <= pause <= OWN_PAUSE_MAX_MS:  # a pause the model was asked about: a habit
+            self.own_pause_ms = max(self.own_pause_ms, pause)

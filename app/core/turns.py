@@ -40,6 +40,10 @@ class TurnDetector(Protocol):
         """The transcript of the turn as it stood when the speech ended at ``speech_end``."""
         ...
 
+    def resumed(self, speech_end: int, onset: int) -> None:
+        """Speech went on at input sample ``onset`` after a pause that began at ``speech_end``."""
+        ...
+
 
 class SilenceWindow:
     """``server_vad``: the turn ends once ``silence_duration_ms`` of silence has passed."""
@@ -60,6 +64,9 @@ class SilenceWindow:
         pass
 
     def heard(self, speech_end: int, text: str) -> None:
+        pass
+
+    def resumed(self, speech_end: int, onset: int) -> None:
         pass
 
 
