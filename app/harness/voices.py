@@ -1,11 +1,13 @@
 """The natural-voice test corpus (``tests/voices``) and the variants tests make of it.
 
-The corpus is 16 kHz mono PCM16: Kokoro and Piper voices plus human recordings
-found in registry packages (``scripts/make_voices.py`` made it; its README says
-from what). This module loads it, measures speech the same way everywhere, and
-derives the conditions a recogniser or a turn detector is tried under: levels,
-babble and music at a given SNR, a telephone line. Everything is deterministic
-for a seed.
+The corpus is 16 kHz mono PCM16: neural voices (Kokoro, Piper, hibari), older
+synthesis families (flite and festival: diphone, clustergen, HTS) and human
+recordings found in registry packages, split by voice into a part to tune on and
+a held-out part that is only measured on (``scripts/make_voices.py`` made it;
+its README says from what). This module loads it, measures speech the same way
+everywhere, and derives the conditions a recogniser or a turn detector is tried
+under: levels, babble and music at a given SNR, a telephone line. Everything is
+deterministic for a seed.
 """
 
 from __future__ import annotations
@@ -25,6 +27,10 @@ RATE = 16000
 TARGET_DBFS = -26.0
 """Active speech level of every clean clip."""
 KINDS = ("turn", "paused", "backchannel", "noise")
+SPLITS = ("tune", "heldout")
+"""The corpus's parts, chosen by voice: what the project tunes on, and what it only measures on."""
+_FAMILIES = {"kokoro": "neural", "piper": "neural", "hibari": "neural"}
+"""A clip's family from its source, for manifest entries that do not name it."""
 VARIANTS = ("clean", "low", "loud", "babble10", "music10", "tel", "babble_abs40")
 """The names ``variant`` knows."""
 DEFAULT_ROOT = Path(__file__).resolve().parents[2] / "tests" / "voices"
@@ -52,6 +58,10 @@ class Clip:
     pause_end: int | None = None
     root: Path = DEFAULT_ROOT
     """The corpus folder the clip is from (where ``variant`` finds its noise tracks)."""
+    split: str = "tune"
+    """The part of the corpus it is in (``SPLITS``): "tune" or "heldout"."""
+    family: str = ""
+    """How it was made: neural | diphone | clustergen | hts | human, or what a noise bed is made of."""
 
     @property
     def samples(self) -> int:
@@ -90,6 +100,12 @@ class Corpus:
     @property
     def noises(self) -> list[Clip]:
         return self.kind("noise")
+
+    def split(self, name: str) -> list[Clip]:
+        """The clips of one part: "tune" (tuned on) or "heldout" (only measured on)."""
+        if name not in SPLITS:
+            raise ValueError(f"unknown split {name!r} (one of {', '.join(SPLITS)})")
+        return [c for c in self.clips if c.split == name]
 
     def __getitem__(self, name: str) -> Clip:
         """A clip by name (the file name with or without ``.wav``)."""
@@ -144,6 +160,8 @@ def load_corpus(root: Path | None = None) -> Corpus:
                 pause_start=e.get("pause_start"),
                 pause_end=e.get("pause_end"),
                 root=root,
+                split=e.get("split", "tune"),
+                family=e.get("family") or _FAMILIES.get(e["source"], e["source"]),
             )
         )
     return Corpus(root, tuple(clips))
