@@ -42,6 +42,8 @@ from tests.test_listening import RATE, WINDOW, Script
 
 HEARS_ALL = Ears(transcripts=True, partials=True, turn_model=True)
 ASK_MS = EAGERNESS["medium"].ask_ms
+AGAIN_MS = EAGERNESS["medium"].again_ms
+"""The model is asked at ASK_MS and again at AGAIN_MS; sure both times, the turn ends at AGAIN_MS."""
 SEMANTIC = TurnDetection(type="semantic_vad", threshold=0.5, prefix_padding_ms=0, min_speech_ms=150)
 LOUD = np.full(WINDOW, 3000, np.int16)  # -21 dBFS
 QUIET = np.full(WINDOW, 300, np.int16)  # -41 dBFS
@@ -88,7 +90,7 @@ def test_words_that_hang_wait_for_more():
 @pytest.mark.parametrize(
     ("p", "text", "silence_ms"),
     [
-        (0.98, "Tell me a joke.", ASK_MS),  # sure, and the words are whole: at once
+        (0.99, "Tell me a joke.", AGAIN_MS),  # sure twice, and the words are whole: at once
         (0.98, "I would like to.", EAGERNESS["medium"].max_ms),  # sure, but the words hang
         (0.6, "Tell me a joke.", EAGERNESS["medium"].settle_ms),  # leaning to complete
         (0.2, "Tell me a joke.", EAGERNESS["medium"].max_ms),  # the model says it goes on
@@ -99,17 +101,32 @@ def test_semantic_turn_ends_by_probability_and_words(p, text, silence_ms):
     speech_end = ms(3000)
     assert turns.ask(speech_end, speech_end + ms(ASK_MS) - 1) is None
     assert turns.ask(speech_end, speech_end + ms(ASK_MS)) == speech_end + ms(ASK_MS)
-    assert turns.ask(speech_end, speech_end + ms(ASK_MS) + 1) is None, "asked once per pause"
+    assert turns.ask(speech_end, speech_end + ms(ASK_MS) + 1) is None, "asked once here"
+    assert turns.ask(speech_end, speech_end + ms(AGAIN_MS)) == speech_end + ms(AGAIN_MS), "and again later"
+    assert turns.ask(speech_end, speech_end + ms(AGAIN_MS) + 1) is None, "twice a pause in all"
     late = speech_end + ms(300)
-    assert turns.ended(speech_end, late) is None, "nothing decides before both answers are in"
+    assert turns.ended(speech_end, late) is None, "nothing decides before every answer is in"
     turns.answered(speech_end, p)
-    assert turns.ended(speech_end, late) is None
     turns.heard(speech_end, text)
+    assert turns.ended(speech_end, late) is None, "one answer of two"
+    turns.answered(speech_end, p)
     end = speech_end + ms(silence_ms)
     # The end is placed on the input clock whenever the answers came: the same audio, the same turn.
     assert turns.ended(speech_end, max(late, end)) == end
     if end > late:
         assert turns.ended(speech_end, end - 1) is None
+
+
+def test_one_unsure_answer_of_two_is_enough_to_wait():
+    turns = SemanticTurns("medium", RATE, HEARS_ALL)
+    turns.heard(0, "Tell me a joke.")
+    turns.answered(0, 0.99)
+    turns.answered(0, 0.6)  # the same pause, 50 ms later: leaning, not sure
+    assert turns.ended(0, ms(1000)) == ms(EAGERNESS["medium"].settle_ms)
+    turns.heard(ms(5000), "")  # the recogniser heard nothing: no way to tell from the words
+    turns.answered(ms(5000), 0.99)
+    turns.answered(ms(5000), 0.99)
+    assert turns.ended(ms(5000), ms(5000) + ms(2000)) == ms(5000) + ms(EAGERNESS["medium"].max_ms)
 
 
 def test_eagerness_orders_the_waits_and_answers_about_an_older_pause_are_ignored():
@@ -119,22 +136,23 @@ def test_eagerness_orders_the_waits_and_answers_about_an_older_pause_are_ignored
     turns = SemanticTurns("high", RATE, HEARS_ALL)
     turns.answered(ms(1000), 0.99)
     turns.heard(ms(1000), "Done.")
-    assert turns.ended(ms(2000), ms(2000) + ms(ASK_MS)) is None, "the speech went on since that answer"
+    assert turns.ended(ms(2000), ms(2000) + ms(AGAIN_MS)) is None, "the speech went on since that answer"
 
 
 def test_a_user_who_went_on_after_a_long_pause_gets_a_quick_end_only_after_that_long():
     turns = SemanticTurns("medium", RATE, HEARS_ALL)
     turns.resumed(ms(1000), ms(1000) + ms(60))  # a gap between words: not a habit
-    assert turns.quick_ms() == ASK_MS
-    turns.resumed(ms(2000), ms(2000) + ms(380))  # went on after 380 ms of silence
-    assert turns.quick_ms() == 380 + OWN_PAUSE_MARGIN_MS
+    assert turns.quick_ms() == AGAIN_MS
+    turns.resumed(ms(2000), ms(2000) + ms(300))  # went on after 300 ms of silence
+    assert turns.quick_ms() == 300 + OWN_PAUSE_MARGIN_MS
+    turns.answered(ms(5000), 0.99)
     turns.answered(ms(5000), 0.99)
     turns.heard(ms(5000), "Tell me a joke.")
-    assert turns.ended(ms(5000), ms(5000) + ms(ASK_MS)) is None, "not at once any more"
-    assert turns.ended(ms(5000), ms(5000) + ms(480)) == ms(5000) + ms(480)
+    assert turns.ended(ms(5000), ms(5000) + ms(AGAIN_MS)) is None, "not at once any more"
+    assert turns.ended(ms(5000), ms(5000) + ms(400)) == ms(5000) + ms(400)
     turns.resumed(ms(6000), ms(6000) + ms(3000))  # a new thought, not a pause
-    assert turns.quick_ms() == 480
-    assert SemanticTurns("medium", RATE, HEARS_ALL).quick_ms() == ASK_MS, "per session"
+    assert turns.quick_ms() == 400
+    assert SemanticTurns("medium", RATE, HEARS_ALL).quick_ms() == AGAIN_MS, "per session"
 
 
 def test_without_a_model_the_words_and_the_silence_decide():
@@ -151,19 +169,20 @@ def test_partials_while_speaking_a_candidate_and_a_question_at_the_pause_then_th
     partials = of(Partial, out)
     assert len(partials) == 40 * WINDOW // ms(400), "one partial per 400 ms of speech"
     assert all(p.audio.size == p.upto for p in partials), "each hears the speech from its start"
-    out = feed(ears, 8)  # 256 ms of silence
+    out = feed(ears, 10)  # 320 ms of silence
     [paused] = of(Paused, out)
-    [ask] = of(AskTurn, out)
+    first, again = of(AskTurn, out)
     speech_end = 40 * WINDOW
     assert (paused.speech_end, paused.upto) == (speech_end, speech_end + ms(TAIL_MS))
     assert paused.audio.size == paused.upto - paused.start
-    assert (ask.speech_end, ask.upto) == (speech_end, speech_end + ms(ASK_MS))
+    assert (first.speech_end, first.upto) == (speech_end, speech_end + ms(ASK_MS))
+    assert (again.speech_end, again.upto) == (speech_end, speech_end + ms(AGAIN_MS)), "asked again, later"
     assert not of(Turn, out) and not of(Partial, out), "no partials in a pause"
-    assert ears.answered(speech_end, 0.97) == [], "the transcript is not in yet"
+    assert ears.answered(speech_end, 0.99) == [] and ears.answered(speech_end, 0.99) == [], "no transcript yet"
     out = ears.heard(speech_end, "What is the weather like today?")
     [stopped] = of(Stopped, out)
     [turn] = of(Turn, out)
-    assert stopped.audio_end == speech_end + ms(ASK_MS)
+    assert stopped.audio_end == speech_end + ms(AGAIN_MS)
     assert (turn.audio_start, turn.heard_end) == (paused.start, paused.upto), "the candidate's audio exactly"
 
 
@@ -273,14 +292,15 @@ def test_the_turn_takes_its_candidate_and_starts_the_reply_it_prepared():
     out = s.on_transcript(item, "Tell me", 0.0, kind="partial", upto=partials[0].upto)
     out += s.on_transcript(item, "Tell me a", 0.0, kind="partial", upto=partials[1].upto)
     assert [e.delta for e in out if isinstance(e, TranscriptionDelta)] == ["Tell me"]
-    out = hear(s, 8)
+    out = hear(s, 10)
     [candidate] = [a for a in out if isinstance(a, Transcribe) and a.kind == "candidate"]
-    [question] = [a for a in out if isinstance(a, PredictTurn)]
+    first, again = [a for a in out if isinstance(a, PredictTurn)]
     out = s.on_transcript(item, "Tell me a joke.", 0.0, 95.0, kind="candidate", upto=candidate.upto)
     [prepared] = [a for a in out if isinstance(a, PrepareReply)]
     assert prepared.think.messages[-1] == {"role": "user", "content": "Tell me a joke."}
     assert not [e for e in out if isinstance(e, BufferCommitted)], "the model has not answered yet"
-    out = s.on_turn_probability(question.speech_end, 0.98, 0.0)
+    assert not [e for e in s.on_turn_probability(first.speech_end, 0.99, 0.0) if isinstance(e, BufferCommitted)]
+    out = s.on_turn_probability(again.speech_end, 0.99, 0.0)
     kinds = [type(e) for e in out]
     assert BufferCommitted in kinds and TranscriptionCompleted in kinds
     assert not [a for a in out if isinstance(a, Transcribe)], "the turn is not transcribed again"
@@ -307,14 +327,15 @@ def test_a_turn_that_ends_before_its_candidate_comes_waits_for_it():
 def test_a_duck_and_a_resume_reach_the_wire_for_a_backchannel():
     probs = [0.9] * 40 + [0.0] * 40 + [0.9] * 12 + [0.0] * 200
     s = session(probs=probs)
-    out = hear(s, 48)
+    out = hear(s, 50)
     [candidate] = [a for a in out if isinstance(a, Transcribe) and a.kind == "candidate"]
-    [question] = [a for a in out if isinstance(a, PredictTurn)]
+    questions = [a for a in out if isinstance(a, PredictTurn)]
     s.on_transcript(candidate.item_id, "Tell me a story.", 0.0, kind="candidate", upto=candidate.upto)
-    out = s.on_turn_probability(question.speech_end, 0.98, 0.0)
+    assert len(questions) == 2
+    out = [e for q in questions for e in s.on_turn_probability(q.speech_end, 0.99, 0.0)]
     [start] = [a for a in out if isinstance(a, StartReply)]
     s.replies.heard.first_audio = 0.0  # type: ignore[union-attr]  # the reply is playing
-    out = hear(s, 32 + 12)
+    out = hear(s, 30 + 12)
     ducks = [e for e in out if isinstance(e, AudioDucked)]
     assert ducks and ducks[0].ref.response_id == start.response_id
     out = hear(s, 6)
@@ -333,20 +354,21 @@ def test_a_turn_ends_where_its_words_did_while_quieter_babble_goes_on():
         ears.hearing(" ".join(["word"] * (i + 1)), p.upto)  # the words grow while the user speaks
     words_end = partials[-1].upto
     out = []
-    while not of(AskTurn, out):  # the voice stops; babble (20 dB down, "speech" to the VAD) goes on
+    while len(of(AskTurn, out)) < 2:  # the voice stops; babble (20 dB down, "speech" to the VAD) goes on
         step = feed(ears, 1, pcm=QUIET)
         for p in of(Partial, step):
             ears.hearing(" ".join(["word"] * len(partials)), p.upto)  # no new words
         out += step
         assert len(out) < 100
     [paused] = of(Paused, out)
-    [ask] = of(AskTurn, out)
+    ask, _ = of(AskTurn, out)
     assert paused.speech_end == words_end == ask.speech_end, "the speech ended where the words did"
     assert ears.vad.samples - words_end >= ms(800), "two partials without new words first"
-    ears.answered(words_end, 0.98)
+    ears.answered(words_end, 0.99)
+    ears.answered(words_end, 0.99)
     out = ears.heard(words_end, "Word word word word.")
     [turn] = of(Turn, out)
-    assert turn.audio_end == words_end + ms(ASK_MS), "the turn ended though the babble never stopped"
+    assert turn.audio_end == words_end + ms(AGAIN_MS), "the turn ended though the babble never stopped"
     out = feed(ears, 30, pcm=QUIET)
     assert not of(Started, out), "the babble does not start speech of its own"
 
