@@ -10,7 +10,10 @@ Whisper tiny.en decoding each utterance in the 30 s window every stock Whisper
 runtime uses (what ``faster-whisper`` and the OpenAI-compatible servers do),
 against Duplex's window sized to the audio.
 
-    python scripts/bench_recognition.py [--models tiny.en,base,pocketsphinx]
+``--split`` picks the part of the corpus: ``heldout`` (the default: voices the project
+never tuned on, the figures that decide), ``tune`` or ``all``.
+
+    python scripts/bench_recognition.py [--models tiny.en,base,pocketsphinx] [--split heldout]
 """
 
 from __future__ import annotations
@@ -69,9 +72,10 @@ def pocketsphinx() -> Decode:
     return lambda pcm: rec.transcribe_blocking(pcm, RATE)
 
 
-def measure(name: str, decode: Decode) -> dict[str, object]:
+def measure(name: str, decode: Decode, split: str) -> dict[str, object]:
     corpus = load_corpus()
-    clips = corpus.turns + corpus.paused
+    part = corpus.clips if split == "all" else corpus.split(split)
+    clips = [c for c in part if c.kind in ("turn", "paused")]
     row: dict[str, object] = {"name": name}
     walls: list[float] = []
     cpu = audio = 0.0
@@ -100,13 +104,15 @@ def measure(name: str, decode: Decode) -> dict[str, object]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="tiny.en,base,pocketsphinx")
+    ap.add_argument("--split", choices=("heldout", "tune", "all"), default="heldout")
     args = ap.parse_args()
-    rows = [measure("tiny.en, 30 s window (baseline)", whisper("tiny.en", full_window=True))]
+    rows = [measure("tiny.en, 30 s window (baseline)", whisper("tiny.en", full_window=True), args.split)]
     for model in args.models.split(","):
         if model == "pocketsphinx":
-            rows.append(measure("pocketsphinx 5", pocketsphinx()))
+            rows.append(measure("pocketsphinx 5", pocketsphinx(), args.split))
         else:
-            rows.append(measure(f"Whisper {model} (Duplex)", whisper(model)))
+            rows.append(measure(f"Whisper {model} (Duplex)", whisper(model), args.split))
+    print(f"\nPart of the corpus: {args.split}\n")
     base_cpu = float(rows[0]["cpu"])  # type: ignore[arg-type]
     head = " | ".join(CONDITIONS)
     print(f"| recogniser | {head} | human | CPU s / speech s | vs baseline | ms per utterance, median / p95 |")

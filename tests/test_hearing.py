@@ -393,3 +393,36 @@ def test_a_recogniser_that_lags_does_not_end_a_turn_the_user_is_still_speaking()
     for p in of(Partial, out):
         ears.hearing("I need a recipe", p.upto)
     assert not of(Paused, out) and not of(AskTurn, out) and not of(Stopped, out)
+
+
+def test_one_word_of_a_fragment_does_not_cancel_a_reply_two_do():
+    from duplex.app.core.bargein import FRAGMENT_MS, BargeIn
+
+    def paused() -> BargeIn:
+        b = BargeIn(SEMANTIC, RATE, words=True)
+        b.started(0, replying=True)
+        return b
+
+    b = paused()
+    assert b.heard("Ride.", loud=True, heard_ms=FRAGMENT_MS - 200) == [], "'Right' cut short: wait for more"
+    assert b.state is BargeState.PAUSED
+    assert b.heard("Ride.", loud=True, heard_ms=FRAGMENT_MS + 100), "the same word heard whole: a turn"
+    assert paused().heard("Wait, stop.", loud=True, heard_ms=FRAGMENT_MS - 200), "two words are enough at once"
+    b = paused()
+    assert b.heard("Right.", loud=True, heard_ms=FRAGMENT_MS - 200) == [] and b.judged, "a backchannel, soon"
+
+
+def test_speech_heard_as_nothing_must_last_longer_to_cancel_by_its_length():
+    from duplex.app.core.bargein import UNHEARD_MS, BargeIn
+
+    td = replace(SEMANTIC, barge_in_min_ms=800)
+    b = BargeIn(td, RATE, words=True)
+    b.started(0, replying=True)
+    assert b.speaking(0, ms(800)), "800 ms at the user's level, nothing heard yet: the user talking"
+    b.started(0, replying=True)
+    assert b.heard("", loud=True, heard_ms=600) == []  # heard, as nothing (a slow "Okay" Whisper drops)
+    assert b.speaking(0, ms(900)) == [] and b.state is BargeState.PAUSED
+    assert [type(x).__name__ for x in b.stopped(0, ms(900))] == ["Resume"], "it ended: resumed, not a turn"
+    b.started(0, replying=True)
+    b.heard("", loud=True, heard_ms=600)
+    assert b.speaking(0, ms(800 + UNHEARD_MS)), "long enough all the same: cancelled"

@@ -30,6 +30,14 @@ from duplex.app.core.units import ms_to_samples
 
 NOISE_MS = 1500
 """Speech over a reply that says nothing for this long is noise: the reply resumes."""
+UNHEARD_MS = 400
+"""Speech the recogniser has heard as nothing so far must last this much longer than
+``barge_in_min_ms`` to cancel the reply by its length alone (a slow "Okay" of 0.9 s that
+Whisper drops as unsure is no interruption; a real one is heard as words by then)."""
+FRAGMENT_MS = 400
+"""A transcript of less speech than this is of a fragment (a word cut short is often
+heard as another word: "Right" as "Ride"): one word of it that is not a backchannel
+is not enough to cancel the reply; two are."""
 
 BACKCHANNELS = frozenset({
     "mhm", "mm", "mmm", "hmm", "hm", "mhmm", "uh", "huh", "um", "ah", "oh", "okay", "ok", "yeah", "yes", "yep",
@@ -41,10 +49,14 @@ a lone "no" and "ma'am" are what Whisper makes of some "mhm"s)."""
 _WORD = re.compile(r"[a-z']+")  # "uh-huh", "mm-hmm", "uh-uh": the parts are each backchannels
 
 
+def _content_words(text: str) -> list[str]:
+    # Single letters are a recogniser spelling out a hum ("M-H-M"), not words.
+    return [w for w in _WORD.findall(text.lower()) if len(w) > 1 and w not in BACKCHANNELS]
+
+
 def says_something(text: str) -> bool:
     """Whether a transcript holds a word that is not a backchannel."""
-    # Single letters are a recogniser spelling out a hum ("M-H-M"), not words.
-    return any(len(w) > 1 and w not in BACKCHANNELS for w in _WORD.findall(text.lower()))
+    return bool(_content_words(text))
 
 
 class BargeState(Enum):
@@ -67,6 +79,7 @@ class BargeIn:
         self.enabled = td.interrupt_response
         self.min_speech = ms_to_samples(td.barge_in_min_ms, rate)
         self.noise = ms_to_samples(NOISE_MS, rate)
+        self.unheard = ms_to_samples(UNHEARD_MS, rate)
         self.words = words
         """Transcripts of the speech will come (:meth:`heard`): they decide, not duration."""
         self.state = BargeState.NONE
@@ -81,11 +94,14 @@ class BargeIn:
         self._onset, self._heard, self._content, self._backchannel = onset, False, False, False
         return [Pause(onset)] if self.state is BargeState.PAUSED else []
 
-    def heard(self, text: str, *, loud: bool) -> list[Signal]:
-        """A transcript of the speech so far; ``loud``: it is at the user's own level
-        (speech well below it is someone else, or a loudspeaker)."""
+    def heard(self, text: str, *, loud: bool, heard_ms: int | None = None) -> list[Signal]:
+        """A transcript of the speech so far (``heard_ms`` of it, if known); ``loud``: it is at
+        the user's own level (speech well below it is someone else, or a loudspeaker)."""
         if self.state is not BargeState.PAUSED:
             return []
+        fragment = heard_ms is not None and heard_ms < FRAGMENT_MS
+        if fragment and says_something(text) and len(_content_words(text)) < 2:
+            return []  # judged on more of it (the next transcript)
         self._heard, self._content = True, loud and says_something(text)
         self._backchannel = not self._content and bool(_WORD.findall(text.lower()))
         if self._content:
@@ -99,7 +115,8 @@ class BargeIn:
         if self.state is not BargeState.PAUSED:
             return []
         spoken = speech_end - onset
-        if loud and not self._backchannel and spoken >= self.min_speech:
+        unheard = self._heard and not self._content and not self._backchannel
+        if loud and not self._backchannel and spoken >= self.min_speech + (self.unheard if unheard else 0):
             self.state = BargeState.INTERRUPTED  # the user's voice, long, and not a backchannel
             return [Interrupt(onset)]
         if not loud and spoken >= self.noise:
@@ -122,6 +139,7 @@ class BargeIn:
             return []
         if self._content:
             return [Interrupt(onset)]
-        if self._backchannel or not loud or speech_end - onset < self.min_speech:
+        unheard = self._heard and not self._backchannel
+        if self._backchannel or not loud or speech_end - onset < self.min_speech + (self.unheard if unheard else 0):
             return [Resume()]
         return [Interrupt(onset)]

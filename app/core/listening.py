@@ -174,7 +174,8 @@ class Listener:
         if self._onset is None:
             return []
         self.stall.heard(text, upto)
-        return self.barge_in.heard(text, loud=self.levels.loud)
+        heard_ms = (upto - self._onset) * 1000 // self.rate
+        return self.barge_in.heard(text, loud=self.levels.loud, heard_ms=heard_ms)
 
     def _paused(self, upto: int) -> list[Signal]:
         """Speech paused: the turn's audio as it would be committed, if long enough to be one."""
