@@ -301,7 +301,12 @@ async def run(url: str, td: str, quick: bool, turns_only: bool = False, split: s
 
 
 def report(results: dict[str, Tally]) -> None:
-    print("\nTurn-taking on natural voices, at real time (median / p90 in seconds of audio time)\n")
+    pace = (
+        "replayed faster than real time (--fast: decisions exact, wall-clock parts left out)"
+        if FAST
+        else "at real time"
+    )
+    print(f"\nTurn-taking on natural voices, {pace} (median / p90 in seconds of audio time)\n")
     print("| system | pause TOR ↓ | backchannel TOR ↓ | turn TOR ↑ | turn latency ↓ | interruption TOR ↑ "
           "| interruption latency ↓ | stop latency ↓ |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|")
