@@ -8,6 +8,9 @@ its README says from what). This module loads it, measures speech the same way
 everywhere, and derives the conditions a recogniser or a turn detector is tried
 under: levels, babble and music at a given SNR, a telephone line. Everything is
 deterministic for a seed.
+
+Why this module is long: the corpus, its loading and every condition derived from it
+are one concept that tests, benchmarks and the load test must share exactly.
 """
 
 from __future__ import annotations
