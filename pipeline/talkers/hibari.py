@@ -33,11 +33,10 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
 
-from duplex.pipeline.frames import AudioBuffer
-from duplex.pipeline.talker import SpeechRequest, TalkerChunk, WordMark
+from duplex.pipeline.talker import SpeechRequest, TalkerChunk
 from duplex.pipeline.talkers import espeak
 from duplex.pipeline.talkers.pool import Cancelled, Job, SynthesisPool
-from duplex.pipeline.talkers.segments import trim, word_starts
+from duplex.pipeline.talkers.segments import speech_chunks
 from duplex.pipeline.weights import PackagedFile
 
 if TYPE_CHECKING:  # Kokoro is optional at run time
@@ -272,15 +271,20 @@ class HibariTalker:
                 if job is None and making:
                     self.runtime.making -= 1
                     making = False
-                audio = trim(audio, text, RATE, last=index == len(pieces) - 1)
-                pcm = (np.clip(audio, -1.0, 1.0) * 32767).astype(np.int16)
-                starts = word_starts(text, [phonemes], pcm.size, RATE)
-                for at in range(0, pcm.size, CHUNK):
-                    marks = tuple(
-                        WordMark(offset + s, offset + e, base + p) for s, e, p in starts if at <= p < at + CHUNK
-                    )
-                    yield TalkerChunk(AudioBuffer(pcm[at : at + CHUNK], "pcm16", RATE, self.name), marks)
-                base += pcm.size
+                chunks = speech_chunks(
+                    audio,
+                    text,
+                    [phonemes],
+                    offset=offset,
+                    base=base,
+                    last=index == len(pieces) - 1,
+                    rate=RATE,
+                    size=CHUNK,
+                    owner=self.name,
+                )
+                for chunk in chunks:
+                    yield chunk
+                base += sum(c.audio.data.size for c in chunks)
         finally:
             if job is not None:
                 job.cancel()

@@ -35,12 +35,11 @@ from typing import Any, cast
 
 import numpy as np
 
-from duplex.pipeline.frames import AudioBuffer
-from duplex.pipeline.talker import SpeechRequest, TalkerChunk, WordMark
+from duplex.pipeline.talker import SpeechRequest, TalkerChunk
 from duplex.pipeline.talkers import espeak
 from duplex.pipeline.talkers.kokoro_model import MODEL_SHA256, VOICES, KokoroModel
 from duplex.pipeline.talkers.pool import Cancelled, Job, SynthesisPool, set_nice
-from duplex.pipeline.talkers.segments import split_segments, trim, word_starts
+from duplex.pipeline.talkers.segments import speech_chunks, split_segments
 
 log = logging.getLogger("duplex.voice")
 
@@ -272,15 +271,21 @@ class KokoroTalker:
                 if job is None and making:
                     self.runtime.making -= 1
                     making = False
-                audio = trim(audio, text, RATE, last=index == len(segments) - 1)
-                pcm = (np.clip(audio, -1.0, 1.0) * 32767).astype(np.int16)
-                starts = word_starts(text, clauses, pcm.size, RATE)
-                for at in range(0, max(pcm.size, 1), CHUNK):
-                    marks = tuple(
-                        WordMark(offset + s, offset + e, base + p) for s, e, p in starts if at <= p < at + CHUNK
-                    )
-                    yield TalkerChunk(AudioBuffer(pcm[at : at + CHUNK], "pcm16", RATE, self.name), marks)
-                base += pcm.size
+                chunks = speech_chunks(
+                    audio,
+                    text,
+                    clauses,
+                    offset=offset,
+                    base=base,
+                    last=index == len(segments) - 1,
+                    rate=RATE,
+                    size=CHUNK,
+                    owner=self.name,
+                    keep_empty=True,
+                )
+                for chunk in chunks:
+                    yield chunk
+                base += sum(c.audio.data.size for c in chunks)
         finally:
             if job is not None:
                 self.runtime.cancel(job)

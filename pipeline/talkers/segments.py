@@ -8,6 +8,9 @@ import re
 
 import numpy as np
 
+from duplex.pipeline.frames import AudioBuffer
+from duplex.pipeline.talker import TalkerChunk, WordMark
+
 FIRST_WORDS = 3
 """The first segment: at most this many words (or the first clause, if shorter)."""
 SEGMENT_CHARS = 240
@@ -113,3 +116,31 @@ def word_starts(text: str, clauses: list[str], samples: int, rate: int) -> list[
         out.append((s, e, int(lead + span * at / total)))
         at += w
     return out
+
+
+def speech_chunks(
+    audio: np.ndarray,
+    text: str,
+    clauses: list[str],
+    *,
+    offset: int,
+    base: int,
+    last: bool,
+    rate: int,
+    size: int,
+    owner: str,
+    keep_empty: bool = False,
+) -> list[TalkerChunk]:
+    """One made segment as PCM16 chunks of ``size`` samples, its padding trimmed, each chunk
+    with the words that begin in it (``offset``: the segment's place in the request's
+    text; ``base``: its first sample in the request's audio). ``keep_empty``: a silent
+    segment still gives one (empty) chunk."""
+    pcm = (np.clip(trim(audio, text, rate, last=last), -1.0, 1.0) * 32767).astype(np.int16)
+    starts = word_starts(text, clauses, pcm.size, rate)
+    return [
+        TalkerChunk(
+            AudioBuffer(pcm[at : at + size], "pcm16", rate, owner),
+            tuple(WordMark(offset + s, offset + e, base + p) for s, e, p in starts if at <= p < at + size),
+        )
+        for at in range(0, max(pcm.size, 1 if keep_empty else 0), size)
+    ]
