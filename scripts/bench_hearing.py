@@ -60,6 +60,10 @@ class Tally:
     """What one detector's runs measured (seconds unless said)."""
 
     eot: list[float] = field(default_factory=list)
+    silence: list[float] = field(default_factory=list)
+    """True end of speech -> the turn's audio_end_ms: the silence the policy required."""
+    waited: list[float] = field(default_factory=list)
+    """audio_end_ms -> speech_stopped at the client: waiting on the models' answers."""
     transcript: list[float] = field(default_factory=list)
     created: list[float] = field(default_factory=list)
     first_audio: list[float] = field(default_factory=list)
@@ -143,6 +147,10 @@ async def turn(url: str, td: str, clip: Clip, condition: str, seed: int, t: Tall
     for r, into in ((stopped, t.eot), (done, t.transcript), (created, t.created), (audio, t.first_audio)):
         if r is not None:
             into.append((r.at - end) / RATE)
+    if stopped is not None:
+        audio_end = stopped.event["audio_end_ms"] * RATE // 1000
+        t.silence.append((audio_end - end) / RATE)
+        t.waited.append(max(0, stopped.at - audio_end) / RATE)
     if stopped is not None and done is not None:
         t.recognition_wait.append(max(0, done.at - stopped.at) / RATE)
     if done is not None:
@@ -318,11 +326,13 @@ def report(results: dict[str, Tally]) -> None:
     for name, (p, b, tt, tl, i, il) in ANCHORS.items():
         print(f"| {name} (published) | {p:.3f} | {b:.3f} | {tt:.3f} | {tl:.3f} | {i:.3f} | {il:.3f} | |")
     print("\nWhere the time goes, from the true end of speech (median / p90, s)\n")
-    print("| detector | end of turn | transcript | reply created | first audio | recognition after the turn ends |")
-    print("|---|---|---|---|---|---|")
+    print("| detector | silence required | waiting on the models | end of turn | transcript | reply created "
+          "| first audio | recognition after the turn ends |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|")
     for td, t in results.items():
         print(
-            f"| {td} | {s(t.eot)} | {s(t.transcript)} | {s(t.created)} | {s(t.first_audio)} | "
+            f"| {td} | {s(t.silence)} | {s(t.waited)} | {s(t.eot)} | {s(t.transcript)} | {s(t.created)} | "
+            f"{s(t.first_audio)} | "
             f"{s(t.recognition_wait)} (max {max(t.recognition_wait, default=0):.2f}) |"
         )
     print("\nOver a reply and under noise\n")

@@ -93,7 +93,8 @@ def test_words_that_hang_wait_for_more():
         (0.99, "Tell me a joke.", AGAIN_MS),  # sure twice, and the words are whole: at once
         (0.98, "I would like to.", EAGERNESS["medium"].max_ms),  # sure, but the words hang
         (0.6, "Tell me a joke.", EAGERNESS["medium"].settle_ms),  # leaning to complete
-        (0.2, "Tell me a joke.", EAGERNESS["medium"].max_ms),  # the model says it goes on
+        (0.2, "Tell me a joke.", EAGERNESS["medium"].doubt_ms),  # the model says it goes on, the words do not
+        (0.2, "Tell me a joke and", EAGERNESS["medium"].max_ms),  # both say it goes on
     ],
 )
 def test_semantic_turn_ends_by_probability_and_words(p, text, silence_ms):
@@ -132,6 +133,8 @@ def test_one_unsure_answer_of_two_is_enough_to_wait():
 def test_eagerness_orders_the_waits_and_answers_about_an_older_pause_are_ignored():
     waits = [EAGERNESS[e] for e in ("low", "medium", "high")]
     assert [w.max_ms for w in waits] == sorted((w.max_ms for w in waits), reverse=True)
+    assert [w.doubt_ms for w in waits] == sorted((w.doubt_ms for w in waits), reverse=True)
+    assert all(w.settle_ms < w.doubt_ms <= w.max_ms for w in waits), "doubt waits between the two"
     assert [w.sure for w in waits] == sorted((w.sure for w in waits), reverse=True)
     turns = SemanticTurns("high", RATE, HEARS_ALL)
     turns.answered(ms(1000), 0.99)

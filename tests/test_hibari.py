@@ -10,6 +10,7 @@ import logging
 import subprocess
 import sys
 import textwrap
+import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from duplex.pipeline.talkers.kokoro import KokoroRuntime, KokoroTalker
 from duplex.pipeline.weights import WeightsError
 
 from .test_browser import ARTIFACTS
+from .util import until
 
 SENTENCES = [
     "Sure, I can help with that.",
@@ -68,17 +70,27 @@ async def test_sentences_stream_one_ahead_with_the_padding_cut(talker: HibariTal
         if first_seen_after is None:
             first_seen_after = runtime.pool.made - made
         chunks.append(chunk)
-    # The first sentence is handed on as soon as it is made (the second is made meanwhile).
-    assert first_seen_after in (1, 2) and runtime.pool.made - made == 3
+    # The first words are handed on as soon as they are made (the rest is made meanwhile):
+    # three sentences, the first made in two.
+    assert first_seen_after in (1, 2) and runtime.pool.made - made == 4
     pcm = pcm_of(chunks)
     assert chunks[0].audio.rate == 24000 and chunks[0].audio.owner == "hibari" and pcm.dtype == np.int16
     assert all(c.audio.data.size <= hibari.CHUNK for c in chunks)
     assert np.abs(pcm[: 24000 // 10]).max() > 1000, "speech within 100 ms: the model's leading padding is cut"
-    raw = runtime.model.make(runtime.model.phonemize(SENTENCES[1]), 1.0)
-    alone = pcm_of(await speak(talker, SENTENCES[1]))
+    short = "It is raining today."  # four words: made in one piece
+    raw = runtime.model.make(runtime.model.phonemize(short), 1.0)
+    alone = pcm_of(await speak(talker, short))
     assert raw.size - alone.size > 24000 * 0.4, "the model pads each call with ~0.8 s: cut to natural pauses"
     tail = np.flatnonzero(np.abs(pcm) > 300)[-1]
     assert pcm.size - tail < 24000 * 0.4, "the trailing padding is cut to a sentence's pause"
+
+
+def test_a_replys_first_piece_is_its_first_words_alone():
+    text = "The meeting was moved to Thursday afternoon. Bring the notes."
+    pieces = hibari.head_first([(0, "The meeting was moved to Thursday afternoon. "), (45, "Bring the notes.")])
+    assert [p for _, p in pieces] == ["The meeting was ", "moved to Thursday afternoon. ", "Bring the notes."]
+    assert all(text[o : o + len(p)] == p for o, p in pieces), "offsets still point into the text"
+    assert hibari.head_first([(0, "Sure, I can.")]) == [(0, "Sure, I can.")], "four words or fewer: one piece"
 
 
 async def test_whisper_hears_the_voice(talker: HibariTalker, recognizer):
@@ -152,20 +164,36 @@ async def test_kokoro_speaks_its_voices_and_hibari_beyond_its_capacity(runtime, 
     assert (await speak(talker, "And on.", "marin", rid="other"))[0].audio.owner == "hibari"
 
 
-async def test_beyond_capacity_a_reply_speaks_with_espeak_and_says_so(runtime, espeak_runtime, caplog):
+async def test_beyond_capacity_a_reply_speaks_with_espeak_and_says_so(runtime, espeak_runtime, caplog, monkeypatch):
     talker = HibariTalker(runtime, EspeakTalker(espeak_runtime))
-    capacity, runtime.capacity = runtime.capacity, 1
-    try:
-        first = talker.speak(SpeechRequest("a", " ".join(SENTENCES)))
-        await anext(first)
-        with caplog.at_level(logging.WARNING, logger="duplex.voice"):
-            second = await speak(talker, "And another thing.", "ballad")
-        assert second[0].audio.owner == "espeak" and talker.fallbacks == 1
-        assert "speaks with eSpeak NG" in caplog.text
-        await first.aclose()
-        assert (await speak(talker, "Now there is room."))[0].audio.owner == "hibari"
-    finally:
-        runtime.capacity = capacity
+    monkeypatch.setattr(runtime, "capacity", 1)
+    hold, real = threading.Event(), runtime.pool._make
+    # The fault injected: a sentence that takes as long as the test says (a busy CPU).
+    monkeypatch.setattr(runtime.pool, "_make", lambda job: (hold.wait(30), real(job))[1])
+    first = talker.speak(SpeechRequest("a", " ".join(SENTENCES)))
+    waiting = asyncio.ensure_future(anext(first))  # its first sentence is being made
+    await until(lambda: runtime.making == 1)
+    with caplog.at_level(logging.WARNING, logger="duplex.voice"):
+        second = await speak(talker, "And another thing.", "ballad")
+    assert second[0].audio.owner == "espeak" and talker.fallbacks == 1
+    assert "speaks with eSpeak NG" in caplog.text
+    hold.set()
+    assert (await waiting).audio.owner == "hibari"
+    await first.aclose()
+    assert (await speak(talker, "Now there is room."))[0].audio.owner == "hibari"
+
+
+async def test_a_reply_nobody_reads_holds_no_capacity(runtime, espeak_runtime, monkeypatch):
+    talker = HibariTalker(runtime, EspeakTalker(espeak_runtime))
+    monkeypatch.setattr(runtime, "capacity", 1)
+    stalled = talker.speak(SpeechRequest("stalled", " ".join(SENTENCES * 3)))
+    await anext(stalled)  # played a little, then the client stopped reading
+    assert await asyncio.to_thread(runtime.pool.wait_idle, 30)  # the one sentence ahead is made
+    await until(lambda: runtime.making == 0)
+    assert (await speak(talker, "Another session speaks.", rid="other"))[0].audio.owner == "hibari"
+    assert talker.fallbacks == 0
+    await stalled.aclose()
+    assert runtime.making == 0
 
 
 def test_every_file_is_checked_against_its_pin(monkeypatch):

