@@ -102,9 +102,6 @@ def call_id(request_id: str, index: int) -> str:
     return f"call_{request_id[-10:]}_{index}"
 
 
-_JSON_OBJECT = re.compile(r"\{.*\}", re.S)
-
-
 def echo_call(tools: tuple[Tool, ...], choice: ToolChoice, request_id: str, said: str) -> ToolCallDelta | None:
     """The offline thinker's rule: call the tool the choice forces, else one whose name
     the user said (``get_weather`` or, spoken, "get weather"); ``required`` with none
@@ -129,15 +126,34 @@ def echo_call(tools: tuple[Tool, ...], choice: ToolChoice, request_id: str, said
     return ToolCallDelta(0, call_id(request_id, 0), name, _arguments(parameters(tools, name), said, rest))
 
 
+MAX_ARGUMENT_DEPTH = 32
+"""Nesting of a JSON object in the user's words that is read as arguments (deeper is
+words: the parser would recurse that deep)."""
+
+
+def _depth(text: str, start: int, end: int) -> int:
+    """The deepest bracket nesting in ``text[start:end]`` (brackets in strings count too)."""
+    depth = most = 0
+    for c in text[start:end]:
+        if c in "{[":
+            depth += 1
+            most = max(most, depth)
+        elif c in "}]":
+            depth -= 1
+    return most
+
+
 def _arguments(schema: dict[str, Any], said: str, rest: str) -> str:
-    found = _JSON_OBJECT.search(said)
-    if found:
+    # From the first "{" to the last "}": two scans (a regex here backtracked
+    # quadratically: 32 KiB of "{" held the event loop for seconds).
+    start, end = said.find("{"), said.rfind("}")
+    if 0 <= start < end and _depth(said, start, end) <= MAX_ARGUMENT_DEPTH:
         try:
-            value = json.loads(found.group(0))
-        except ValueError:
-            value = None
-        if isinstance(value, dict):
-            return json.dumps(value)
+            value = json.loads(said[start : end + 1])
+            if isinstance(value, dict):
+                return json.dumps(value)
+        except (ValueError, RecursionError):  # not JSON, or nested deeper than the parser goes
+            pass
     props = schema.get("properties") or {}
     strings = [k for k, v in props.items() if isinstance(v, dict) and v.get("type") == "string"]
     words = re.sub(r"^[\s,.:;!?-]*(?:(?:in|for|of|on|at|about)\s+)?", "", rest).strip(" .,!?;:")

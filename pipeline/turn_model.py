@@ -19,6 +19,8 @@ class TurnModel(Protocol):
     name: str
     seconds: float
     """The most audio it looks at (the end of the turn): give it no more."""
+    concurrency: int
+    """Questions it answers at once (more wait their turn, fairly across sessions)."""
 
     async def start(self) -> None:
         """Load the model now (and check its weights)."""

@@ -12,7 +12,14 @@ while other sessions flood the server each way the reliability review attacked:
 * text: 2 sessions sending the longest text item allowed and asking for its reply;
 * recognition: 2 sessions committing one-second turns as fast as input may go;
 * conversation: 2 sessions creating items as fast as they can;
-* stalled readers: 2 sessions asking for long unpaced replies and never reading.
+* stalled readers: 2 sessions asking for long unpaced replies and never reading;
+* pause storms: 2 semantic_vad sessions sending speech with a 350 ms pause every
+  0.4 s at 60x real time;
+* monologues: 4 sessions speaking at real time without a pause;
+* tools: 2 sessions offering 128 tools and sending 32 KiB of braces that name one;
+* pings read: 2 clients pinging as fast as the pongs come back.
+
+The victim also speaks a turn each cycle (server_vad): speech end -> first audio.
 
     python scripts/bench_fairness.py [--seconds 12]
 """
@@ -27,6 +34,7 @@ import struct
 import time
 from collections.abc import Awaitable, Callable
 
+import numpy as np
 import websockets
 
 from duplex.app.clients.realtime import RealtimeClient
@@ -34,6 +42,7 @@ from duplex.app.clients.sounds import mix, noise, silence, speech, trim
 from duplex.app.harness.procs import rss_kib
 from duplex.app.harness.servers import ServerProcess
 from duplex.app.harness.stats import median, pct
+from duplex.app.harness.voices import load_corpus, resample
 from duplex.pipeline.talkers.espeak import EspeakTalker
 
 RATE = 24000
@@ -49,6 +58,8 @@ class Live:
         self.words = words
         self.rtt: list[float] = []
         self.pause: list[float] = []
+        self.turn: list[float] = []
+        """End of the words -> the reply's first audio (server_vad: 500 ms of it is the silence)."""
 
     async def run(self, seconds: float) -> None:
         c = await RealtimeClient.connect(self.port, keep=False)
@@ -101,6 +112,30 @@ class Live:
                         break
                 await c.send("response.cancel")
                 await mic(silence(1.0), {})
+                # A spoken turn: from the end of the words to the reply's first audio.
+                while not events.empty():
+                    events.get_nowait()
+                end = (int(0.3 * RATE) + self.words.size) // FRAME * FRAME  # type: ignore[attr-defined]
+                speaking = asyncio.ensure_future(mic(mix(silence(0.3), self.words, silence(2.5)), {end: "end"}))  # type: ignore[arg-type]
+                asked = False
+                while not speaking.done():
+                    getting = asyncio.ensure_future(events.get())
+                    await asyncio.wait({getting, speaking}, return_when=asyncio.FIRST_COMPLETED)
+                    if not getting.done():
+                        getting.cancel()
+                        break
+                    at, event = getting.result()
+                    if event["type"] == "input_audio_buffer.speech_stopped" and not asked:
+                        await c.send("response.create")
+                        asked = True
+                    elif event["type"] == "response.output_audio.delta":
+                        first = at
+                        sent = await speaking
+                        self.turn.append(first - sent["end"])
+                        break
+                await speaking
+                await c.send("response.cancel")
+                await mic(silence(0.5), {})
         finally:
             task.cancel()
             await c.close()
@@ -185,6 +220,66 @@ async def flood_stalled(port: int, stop: asyncio.Event) -> None:
     ws.transport.abort()
 
 
+def _human_speech() -> np.ndarray:
+    clip = next(c for c in load_corpus().turns if c.family == "human" and c.seconds > 2)
+    return resample(clip.pcm[clip.speech_start : clip.speech_end], clip.rate, RATE)
+
+
+async def flood_pauses(port: int, stop: asyncio.Event) -> None:
+    """semantic_vad, human speech with a 350 ms pause every 0.4 s, at the input bound."""
+    c = await RealtimeClient.connect(port, keep=False)
+    await c.update(turn_detection={"type": "semantic_vad"})
+    speech, pause = _human_speech(), np.zeros(int(0.35 * RATE), np.int16)
+    pieces = [speech[i : i + RATE * 2 // 5] for i in range(0, speech.size - RATE // 2, RATE * 2 // 5)]
+    with contextlib.suppress(websockets.ConnectionClosed):
+        k = 0
+        while not stop.is_set():
+            t = time.monotonic()
+            await c.append(np.concatenate([pieces[k % len(pieces)], pause]))
+            k += 1
+            await asyncio.sleep(max(0.0, t + 0.75 / 60 - time.monotonic()))  # 60x real time
+    await c.close()
+
+
+async def flood_monologue(port: int, stop: asyncio.Event) -> None:
+    """Speech at real time without a pause (partial transcripts all along)."""
+    c = await RealtimeClient.connect(port, keep=False)
+    await c.update(turn_detection={"type": "semantic_vad"})
+    speech = np.tile(_human_speech(), 20)
+    with contextlib.suppress(websockets.ConnectionClosed):
+        start = time.monotonic()
+        for n, i in enumerate(range(0, speech.size, FRAME * 5)):
+            if stop.is_set():
+                break
+            await asyncio.sleep(max(0.0, start + n * 0.1 - time.monotonic()))
+            await c.append(speech[i : i + FRAME * 5])
+    await c.close()
+
+
+async def flood_tools(port: int, stop: asyncio.Event) -> None:
+    """The most tools allowed, and the longest text of braces naming one, reply after reply."""
+    c = await RealtimeClient.connect(port, keep=False)
+    tools = [{"type": "function", "name": f"tool_{i}", "parameters": {"type": "object"}} for i in range(128)]
+    await c.update(tools=tools, pacing={"enabled": False})
+    text = ("tool_127 " + "{" * 32 * 1024)[: 32 * 1024]
+    with contextlib.suppress(websockets.ConnectionClosed, AssertionError):
+        while not stop.is_set():
+            await c.say(text)
+            await c.send("response.create")
+            await c.until("response.done")
+    await c.close()
+
+
+async def flood_pings_read(port: int, stop: asyncio.Event) -> None:
+    """Pings as fast as the pongs come back; when the server drops it, it comes back."""
+    while not stop.is_set():
+        ws = await websockets.connect(f"ws://127.0.0.1:{port}/v1/realtime")
+        with contextlib.suppress(websockets.ConnectionClosed):
+            while not stop.is_set():
+                await (await ws.ping())
+        ws.transport.abort()
+
+
 FLOODS: dict[str, tuple[int, Callable[[int, asyncio.Event], Awaitable[None]]]] = {
     "input at 60x real time (4 sessions)": (4, flood_input),
     "pings, never reading (2 clients)": (2, flood_pings),
@@ -192,6 +287,10 @@ FLOODS: dict[str, tuple[int, Callable[[int, asyncio.Event], Awaitable[None]]]] =
     "recognition: 1 s turns at full speed (2 sessions)": (2, flood_recognition),
     "conversation items as fast as possible (2 sessions)": (2, flood_items),
     "stalled readers of unpaced replies (2 sessions)": (2, flood_stalled),
+    "pause storms through semantic_vad at 60x (2 sessions)": (2, flood_pauses),
+    "monologues at real time (4 sessions)": (4, flood_monologue),
+    "128 tools and 32 KiB of braces, reply after reply (2 sessions)": (2, flood_tools),
+    "pings, reading every pong (2 clients)": (2, flood_pings_read),
 }
 
 
@@ -222,20 +321,22 @@ async def main() -> None:
             live = await phase(server.port, words, args.seconds, flood, n)
             await asyncio.sleep(2)  # let the server let go of the attackers
             rows.append((name, live, rss_kib(server.pid)))
-    b_rtt, b_pause = median(base.rtt), median(base.pause)
+    b_rtt, b_pause, b_turn = median(base.rtt), median(base.pause), median(base.turn or [float("nan")])
     print(
         f"\nFairness: a real-time session while others flood ({args.seconds:.0f} s a phase, server in its own "
         "process, loopback, this 2-core CPU). Round trip: conversation.item.retrieve; pause: frame that starts "
         "speech over a reply -> response.output_audio.ducked (wall)\n"
     )
-    print("| flood | round trip median / p99 | x idle | barge-in pause median / p99 | x idle | server RSS after |")
-    print("|---|---|---|---|---|---|")
+    print("| flood | round trip median / p99 | x idle | barge-in pause median / p99 | x idle "
+          "| spoken turn: speech end -> first audio | x idle | server RSS after |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|")
     for name, live, rss in rows:
         rtt, pause = live.rtt or [float("nan")], live.pause or [float("nan")]
+        turn = live.turn or [float("nan")]
         print(
             f"| {name} | {median(rtt) * 1000:.1f} / {pct(rtt, 0.99) * 1000:.1f} ms | {median(rtt) / b_rtt:.2f} "
             f"| {median(pause) * 1000:.0f} / {pct(pause, 0.99) * 1000:.0f} ms | {median(pause) / b_pause:.2f} "
-            f"| {rss // 1024} MiB |"
+            f"| {median(turn):.2f} / {max(turn):.2f} s | {median(turn) / b_turn:.2f} | {rss // 1024} MiB |"
         )
 
 

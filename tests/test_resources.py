@@ -14,6 +14,7 @@ import re
 import struct
 from collections.abc import AsyncIterator
 
+import numpy as np
 import pytest
 import pytest_asyncio
 import websockets
@@ -22,6 +23,7 @@ from duplex.app.clients.realtime import RealtimeClient
 from duplex.app.clients.sounds import noise
 from duplex.app.harness.procs import rss_kib
 from duplex.app.harness.servers import ServerProcess
+from duplex.app.harness.voices import load_corpus, resample
 
 SLACK_KIB = 10 * 1024
 
@@ -159,3 +161,47 @@ async def test_the_conversation(served):
             break
     await c.close()
     await _back(server, rss0, tasks0)
+
+
+def _pause_storm(seconds: float = 30.0) -> np.ndarray:
+    """Human speech cut into 400 ms pieces with a 350 ms pause after each (24 kHz)."""
+    clip = next(c for c in load_corpus().turns if c.family == "human" and c.seconds > 2)
+    speech = resample(clip.pcm[clip.speech_start : clip.speech_end], clip.rate, 24000)
+    piece, pause = 9600, np.zeros(8400, np.int16)
+    pieces = [speech[i : i + piece] for i in range(0, speech.size - piece, piece)]
+    out = [np.concatenate([pieces[k % len(pieces)], pause]) for k in range(int(seconds / 0.75))]
+    return np.concatenate(out)
+
+
+async def _storm(server: ServerProcess) -> int:
+    """One session's pause storm, heard to its end; the peak task count meanwhile."""
+    storm = await RealtimeClient.connect(server.port)
+    await storm.update(turn_detection={"type": "semantic_vad"})
+    audio = _pause_storm(28.0)
+    for at in range(0, audio.size, 2400):  # 28 s at once: the burst the input bound allows
+        await storm.append(audio[at : at + 2400])
+    await storm.send("session.sync")  # answered once all of it is heard and every job it caused is done
+    synced = asyncio.ensure_future(storm.until("session.synced"))
+    peak = 0
+    async with asyncio.timeout(180):
+        while not synced.done():
+            peak = max(peak, await asyncio.to_thread(_tasks, server))
+            await asyncio.wait({synced}, timeout=0.2)  # a sampling interval, not a wait for an outcome
+    await synced
+    storm.ws.transport.abort()
+    return peak
+
+
+async def test_a_pause_storm_through_semantic_vad(served):
+    server, rss0, tasks0 = served
+    peak = await _storm(server)
+    # Before: every pause queued a question and a candidate of the whole segment (91-130 tasks).
+    assert peak - tasks0 <= 16, f"tasks {tasks0} -> {peak} during the storm"
+    await _settled(server)
+    # The first long segment sizes the models' working memory once (+34 MiB; +147 MiB stayed
+    # before the mmap threshold was fixed); from then on a storm leaves nothing behind.
+    rss1 = rss_kib(server.pid)
+    assert rss1 - rss0 < 64 * 1024, f"RSS {rss0 // 1024} -> {rss1 // 1024} MiB after the first storm"
+    peak = await _storm(server)
+    assert peak - tasks0 <= 16
+    await _back(server, rss1, tasks0)

@@ -112,8 +112,10 @@ def replay(args: argparse.Namespace) -> int:
 
 async def serve(config: ServerConfig, choice: BackendChoice) -> None:
     """Run until SIGINT/SIGTERM, then close every session with a close frame."""
+    from duplex.app.edge.memory import fix_mmap_threshold
     from duplex.app.edge.server import DuplexServer
 
+    fix_mmap_threshold()  # this process is the server: large buffers go back when freed
     backends = await build(choice)
     try:
         try:

@@ -76,8 +76,7 @@ class BargeIn:
     """One session's barge-in decisions, speech segment by speech segment."""
 
     def __init__(self, td: TurnDetection, rate: int, *, words: bool = False) -> None:
-        self.enabled = td.interrupt_response
-        self.min_speech = ms_to_samples(td.barge_in_min_ms, rate)
+        self.retune(td, rate)
         self.noise = ms_to_samples(NOISE_MS, rate)
         self.unheard = ms_to_samples(UNHEARD_MS, rate)
         self.words = words
@@ -87,6 +86,17 @@ class BargeIn:
         self._heard = False  # a transcript of this speech came
         self._content = False  # ...and it says something, at the user's level
         self._backchannel = False  # ...or it holds backchannel words only
+
+    def retune(self, td: TurnDetection, rate: int) -> None:
+        """New settings (from the next decision on)."""
+        self.enabled = td.interrupt_response
+        self.min_speech = ms_to_samples(td.barge_in_min_ms, rate)
+
+    def abandon(self) -> bool:
+        """The speech ended as no turn and no judgement (cleared, or listening stopped):
+        whether a reply was ducked for it (it resumes)."""
+        state, self.state = self.state, BargeState.NONE
+        return state is BargeState.PAUSED
 
     def started(self, onset: int, replying: bool) -> list[Signal]:
         """Speech began at input sample ``onset``; ``replying``: a reply is being heard."""

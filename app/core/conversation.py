@@ -181,9 +181,24 @@ class Conversation:
     def __init__(self) -> None:
         self.items: list[Item] = []
         self._by_id: dict[str, Item] = {}
+        self._promised: set[str] = set()
+        """Ids the server has given items it will add (a reply's message, announced with its
+        first output): no client item may take one meanwhile."""
 
     def __contains__(self, item_id: str) -> bool:
         return item_id in self._by_id
+
+    def taken(self, item_id: str) -> bool:
+        """Whether ``item_id`` names an item, or one the server has promised."""
+        return item_id in self._by_id or item_id in self._promised
+
+    def promise(self, item_id: str) -> None:
+        """Hold ``item_id`` for an item the server will add (``add(..., promised=True)``)."""
+        self._promised.add(item_id)
+
+    def release(self, item_id: str) -> None:
+        """The promised item will not be added after all."""
+        self._promised.discard(item_id)
 
     def get(self, item_id: str) -> Item:
         try:
@@ -191,10 +206,10 @@ class Conversation:
         except KeyError:
             raise ProtocolError("item_not_found", f"no item with id {item_id!r}", param="item_id") from None
 
-    def add(self, item: Item, previous_item_id: str | None = None) -> str | None:
+    def add(self, item: Item, previous_item_id: str | None = None, *, promised: bool = False) -> str | None:
         """Insert after ``previous_item_id`` ('root' = first; None = last); return the
-        id of the item now before it."""
-        if item.id in self._by_id:
+        id of the item now before it. ``promised``: the server's own item, whose id it held."""
+        if item.id in self._by_id or (item.id in self._promised and not promised):
             raise ProtocolError("duplicate_item_id", f"an item with id {item.id!r} already exists", param="item.id")
         if previous_item_id is None:
             index = len(self.items)
@@ -210,6 +225,7 @@ class Conversation:
             )
         self.items.insert(index, item)
         self._by_id[item.id] = item
+        self._promised.discard(item.id)
         return self.items[index - 1].id if index > 0 else None
 
     def previous(self, item: Item) -> str | None:

@@ -47,14 +47,23 @@ class Intake:
         self._accepted = 0  # bytes admitted but not heard yet
         self._telephone: TelephoneInput | None = None  # G.711 input, decoded and brought to the heard rate
 
-    def listen(self, settings: SessionSettings) -> None:
-        """Server VAD per the settings (from the current input sample), or none."""
-        td = settings.turn_detection
+    def listen(self, settings: SessionSettings) -> list[Signal]:
+        """Server VAD per the settings (from the current input sample), or none. Speech
+        in progress is kept: a new detector decides its end, or, with server VAD turned
+        off, it ends here and its audio is the manual-commit buffer's."""
+        td, old = settings.turn_detection, self.listener
         if td is None or self.voice_activity is None:
             self.listener = None
-            return
+            if old is None:
+                return []
+            self._buffer += old.pending().astype("<i2").tobytes()
+            return old.abandon()
+        if old is not None and old.rate == settings.input_rate:
+            old.retune(td)
+            return []
         # Started at the current input sample: watermarks stay on the session's clock.
         self.listener = Listener(self.voice_activity, settings.input_rate, td, start=self.samples, ears=self.ears)
+        return old.abandon() if old is not None else []
 
     def audio_of(self, message: ClientEvent | bytes, settings: SessionSettings) -> bytes:
         """The PCM16 an append event or a binary frame carries, at the session's input
@@ -117,8 +126,8 @@ class Intake:
         self._buffer.clear()
         return audio
 
-    def clear(self) -> None:
-        """Forget uncommitted audio (``input_audio_buffer.clear``)."""
+    def clear(self) -> list[Signal]:
+        """Forget uncommitted audio (``input_audio_buffer.clear``), and the speech in
+        progress with it."""
         self._buffer.clear()
-        if self.listener is not None:
-            self.listener.clear()
+        return self.listener.clear() if self.listener is not None else []

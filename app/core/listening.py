@@ -251,8 +251,37 @@ class Listener:
         self.clear()
         return audio
 
-    def clear(self) -> None:
-        """Forget buffered audio (``input_audio_buffer.clear``)."""
+    def clear(self) -> list[Signal]:
+        """Forget buffered audio (``input_audio_buffer.clear``): the speech in progress
+        ends with it, as no turn (speech that goes on starts afresh)."""
+        out = self.abandon()
         self._chunks = [np.zeros(0, np.int16)]
         self._buffer_start = self.vad.samples
         self._segment_start = self.vad.samples
+        return out
+
+    def abandon(self) -> list[Signal]:
+        """End the speech in progress here without a turn: its ``Stopped``, and a reply
+        ducked for it resumes."""
+        if self._onset is None:
+            return []
+        self._onset, self._silent = None, False
+        resume = [Resume()] if self.barge_in.abandon() else []
+        return [Stopped(self.vad.samples, self._speech_end), *resume]
+
+    def pausing_after(self, speech_end: int) -> bool:
+        """Whether the speech that ended at ``speech_end`` is still paused (not gone on, not ended)."""
+        return self._onset is not None and self._silent and self._speech_end == speech_end
+
+    def pending(self) -> np.ndarray:
+        """The speech in progress so far (nothing between speeches)."""
+        return self._slice(self._segment_start, self.vad.samples) if self._onset is not None else self._slice(0, 0)
+
+    def retune(self, td: TurnDetection) -> None:
+        """New turn detection settings, applied to the speech in progress too (the same
+        input rate): its audio and onset stay, the new detector decides its end."""
+        self.td = td
+        self.turns = turn_detector(td, self.rate, self.ears)
+        self.barge_in.retune(td, self.rate)
+        self._stall_on = td.type == "semantic_vad" and self.ears.partials
+        self._keep = ms_to_samples(td.prefix_padding_ms + _LOOKBACK_MARGIN_MS, self.rate)

@@ -153,6 +153,8 @@ class Replies:
         playout = Playout(settings.output_rate, settings.pacing.lead_ms / 1000)
         r = Reply(rid, item, self.epoch, options.modalities, "", options.voice, playout, now, metadata=options.metadata)
         r.out_of_band = options.out_of_band
+        if not r.out_of_band:  # its item is announced with its first output: hold the id till then
+            ctx.conversation.promise(item.id)
         self.active = r
         if audio:
             self.heard = r
@@ -171,7 +173,7 @@ class Replies:
         if r.out_of_band:
             return [added]
         conversation, lim = self.ctx.conversation, self.ctx.limits
-        prev = conversation.add(item)
+        prev = conversation.add(item, promised=True)
         room = conversation.make_room(lim.max_items, lim.max_conversation_chars, {i.id for i in r.outputs})
         return [*room, added, ItemAdded(prev, item.view())]
 
@@ -221,6 +223,7 @@ class Replies:
         out: list[ServerEvent] = []
         if not r.announced and not r.calls:
             out += self._announce(r)  # a reply that said nothing still has its (empty) message
+        self.ctx.conversation.release(r.item.id)  # a reply of function calls alone has none
         done = "completed" if status == "completed" else "incomplete"
         conversation = self.ctx.conversation
         for index, item in enumerate(r.outputs):

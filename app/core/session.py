@@ -97,7 +97,7 @@ class Session:
         while True:
             self._n += 1
             candidate = f"{prefix}_{self.id[-8:]}{self._n:05d}"
-            if candidate not in self.conversation:
+            if not self.conversation.taken(candidate):
                 return candidate
 
     def ms(self, samples: int) -> int:
@@ -139,9 +139,10 @@ class Session:
         self.ctx.settings = apply_update(
             before, body, check_voice=self.check_voice, audio_started=self.input_samples > 0
         )
+        ended: Output = []
         if (before.turn_detection, before.input_rate) != (self.settings.turn_detection, self.settings.input_rate):
-            self.intake.listen(self.settings)
-        return [SessionUpdated(self.id, self.settings), *refused]
+            ended = self.turns.on_signals(self.intake.listen(self.settings), now)
+        return [SessionUpdated(self.id, self.settings), *refused, *ended]
 
     def _usable_tools(self, body: Data, event_id: str | None) -> tuple[Data, list[ServerEvent]]:
         """The update without the tools this server cannot run, and the errors that say
@@ -226,8 +227,8 @@ class Session:
         return self.turns.commit(audio, now=now)
 
     def _on_input_audio_buffer_clear(self, data: Data, now: float) -> Output:
-        self.intake.clear()
-        return [BufferCleared()]
+        ended = self.turns.on_signals(self.intake.clear(), now)
+        return [*ended, BufferCleared(), *self.turns.cleared()]
 
     def on_transcript(
         self,

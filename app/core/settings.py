@@ -231,6 +231,25 @@ def _pacing(value: Any, param: str, current: Pacing) -> Pacing:
 
 
 # -- session.update ----------------------------------------------------------
+_TRANSCRIPTION = {"model": 64, "language": 16, "prompt": 4096}
+"""The transcription settings kept, and the characters each may hold (other keys are
+not used here, and are not stored)."""
+
+
+def _transcription(value: Any, param: str) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    check_type(value, (dict,), param)
+    kept: dict[str, Any] = {}
+    for key, most in _TRANSCRIPTION.items():
+        if value.get(key) is not None:
+            check_type(value[key], (str,), f"{param}.{key}")
+            if len(value[key]) > most:
+                raise _bad(f"{param}.{key}", f"{param}.{key} holds more than {most} characters")
+            kept[key] = value[key]
+    return kept
+
+
 def apply_update(
     current: SessionSettings, update: dict[str, Any], *, check_voice: VoiceCheck, audio_started: bool
 ) -> SessionSettings:
@@ -283,10 +302,7 @@ def apply_update(
         (update, "input_audio_transcription", f"{p}.input_audio_transcription"),
     ):
         if key in obj:
-            value = obj[key]
-            if value is not None:
-                check_type(value, (dict,), param)
-            s = replace(s, transcription=value)
+            s = replace(s, transcription=_transcription(obj[key], param))
     if "binary_audio" in update:
         s = replace(s, binary_audio=_get(update, "binary_audio", (bool,), f"{p}.binary_audio"))
     if "pacing" in update:

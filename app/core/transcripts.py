@@ -96,6 +96,11 @@ class Transcripts:
         c.text, c.failure, c.arrived = text, failure, True
         return c
 
+    def wanted(self, speech_item: str, upto: int) -> bool:
+        """Whether a candidate asked for is still of use: current, or awaited by a turn."""
+        c = self.candidate
+        return (speech_item, upto) in self.waiting or (c is not None and (c.speech_item, c.upto) == (speech_item, upto))
+
     def forget(self, speech_item: str | None) -> None:
         """No more partials for this speech item."""
         if speech_item is not None:

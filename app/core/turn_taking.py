@@ -228,6 +228,22 @@ class TurnTaking:
         self._prepared = True
         return [self.s.replies.prepare(messages, options)]
 
+    def still_wanted(self, action: Transcribe | PredictTurn) -> bool:
+        """Whether a queued candidate transcription or end-of-turn question is still of use
+        when its turn to run comes (speech that went on since makes it moot: only the
+        latest pause matters). Turns and partials always are."""
+        if isinstance(action, PredictTurn):
+            listener = self.s.intake.listener
+            return listener is not None and listener.pausing_after(action.speech_end)
+        if action.kind != "candidate" or action.upto is None:
+            return True
+        return self.transcripts.wanted(action.item_id, action.upto)
+
+    def cleared(self) -> Output:
+        """The input buffer was cleared: the pause's candidate and prepared reply go with it."""
+        self.transcripts.candidate = None
+        return self._drop_prepared()
+
     def _drop_prepared(self) -> Output:
         was, self._prepared = self._prepared, False
         return [DropPrepared()] if was else []

@@ -20,9 +20,10 @@ from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Hashable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 T = TypeVar("T")
+A = TypeVar("A")
 
 
 @dataclass(slots=True)
@@ -163,3 +164,38 @@ class FairQueue:
             if not future.done():
                 self.running += 1
                 future.set_result(None)
+
+
+class Moot(Exception):
+    """A queued job whose answer nobody needs any more."""
+
+
+class WaitingJobs(Generic[A]):
+    """One session's jobs (tasks) not yet given a slot, each with what it is for: a new
+    one first drops those that have become moot (each holds its audio: a pause every
+    0.4 s queued a question and a transcription of the whole growing segment per pause,
+    +460-880 MiB), and a job checks again when its slot comes (:meth:`check`)."""
+
+    def __init__(self, wanted: Callable[[A], bool]) -> None:
+        self.wanted = wanted
+        self._tasks: dict[asyncio.Task[None], A] = {}
+
+    def add(self, task: asyncio.Task[None], action: A) -> None:
+        for waiting, what in list(self._tasks.items()):
+            if not self.wanted(what):
+                del self._tasks[waiting]
+                waiting.cancel()
+        self._tasks[task] = action
+        task.add_done_callback(lambda t: self._tasks.pop(t, None))
+
+    def check(self, action: A) -> None:
+        """In the job, once it has its slot: it no longer waits; raises :class:`Moot` if
+        it is not wanted now."""
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.pop(task, None)
+        if not self.wanted(action):
+            raise Moot
+
+    def __len__(self) -> int:
+        return len(self._tasks)

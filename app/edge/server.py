@@ -67,6 +67,9 @@ class DuplexServer:
         self.loop_share = LoopShare(self.config.loop_share)
         recognizer = backends.recognizer
         self.recognitions = FairQueue(recognizer.concurrency if recognizer is not None else 1)
+        model = backends.turn_model
+        self.turn_questions = FairQueue(model.concurrency if model is not None else 1)
+        """End-of-turn questions, round-robin across sessions on the model's workers."""
         self._server: Server | None = None
         self._base_rss = 0
 
@@ -128,9 +131,9 @@ class DuplexServer:
         log.warning("refused %s: %s (%s)", where, reason, kind, extra={"session": where, "refusal": kind})
         self.metrics.inc("duplex_refusals_total", kind=kind)
 
-    def _dropped(self, ws: GuardedConnection, reason: str) -> None:
+    def _dropped(self, ws: GuardedConnection, kind: str, reason: str) -> None:
         conn = next((c for c in self.connections if c.ws is ws), None)
-        self.refuse(conn or _peer(ws), "stalled", reason)
+        self.refuse(conn or _peer(ws), kind, reason)
 
     def observe(self, event: ServerEvent) -> None:
         """Count what the server tells clients."""

@@ -35,6 +35,7 @@ class SmartTurn:
 
     def __init__(self, *, workers: int = 2) -> None:
         self.workers = workers
+        self.concurrency = workers
         self._session: Any = None
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="smart-turn")
 
