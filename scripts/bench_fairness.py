@@ -115,8 +115,9 @@ class Live:
                 # A spoken turn: from the end of the words to the reply's first audio.
                 while not events.empty():
                     events.get_nowait()
-                end = (int(0.3 * RATE) + self.words.size) // FRAME * FRAME  # type: ignore[attr-defined]
-                speaking = asyncio.ensure_future(mic(mix(silence(0.3), self.words, silence(2.5)), {end: "end"}))  # type: ignore[arg-type]
+                last = (int(0.3 * RATE) + self.words.size) // FRAME * FRAME  # type: ignore[attr-defined]
+                words = mix(silence(0.3), self.words, silence(2.5))  # type: ignore[arg-type]
+                speaking = asyncio.ensure_future(mic(words, {last: "end"}))
                 asked = False
                 while not speaking.done():
                     getting = asyncio.ensure_future(events.get())
@@ -310,6 +311,7 @@ async def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=12.0, help="each phase's length")
     ap.add_argument("--serve", default="", help="more `duplex serve` flags, e.g. '--loop-share 0.8'")
+    ap.add_argument("--only", action="append", help="run only the floods whose name contains this")
     args = ap.parse_args()
     words = trim(await speech(EspeakTalker(), "wait, please stop talking now"), RATE)
     rows = []
@@ -318,9 +320,12 @@ async def main() -> None:
         rss0 = rss_kib(server.pid)
         rows.append(("none (baseline)", base, rss0))
         for name, (n, flood) in FLOODS.items():
+            if args.only and not any(o in name for o in args.only):
+                continue
             live = await phase(server.port, words, args.seconds, flood, n)
             await asyncio.sleep(2)  # let the server let go of the attackers
             rows.append((name, live, rss_kib(server.pid)))
+            print(f"{name}: done", flush=True)
     b_rtt, b_pause, b_turn = median(base.rtt), median(base.pause), median(base.turn or [float("nan")])
     print(
         f"\nFairness: a real-time session while others flood ({args.seconds:.0f} s a phase, server in its own "

@@ -6,6 +6,7 @@ its fix. The numbers in the section titles are the review's findings."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import time
 from dataclasses import replace
@@ -223,3 +224,26 @@ async def test_a_client_flooding_pings_is_closed_and_one_that_pings_in_bursts_is
     assert 'duplex_refusals_total{kind="ping_flood"} 1' in server.metrics_text()
     assert (await calm.say("and still")) and server.connections, "the calm client stays"
     await calm.close()
+
+
+# -- 11: the input format is fixed by the first audio, however little of it --------------
+@pytest.mark.parametrize(
+    ("law", "update", "param"),
+    [
+        (
+            {"audio": {"input": {"format": {"type": "audio/pcmu"}}}},
+            {"audio": {"input": {"format": {"type": "audio/pcm", "rate": 24000}}}},
+            "session.audio.input.format",
+        ),
+        ({"input_audio_format": "g711_ulaw"}, {"input_audio_format": "pcm16"}, "session.input_audio_format"),
+    ],
+)
+def test_the_input_format_cannot_change_after_a_few_bytes_of_g711(law, update, param):
+    s = Session("sess_test", 0.0)
+    assert _update(s, **law)[0]["type"] == "session.updated"
+    message = ev("input_audio_buffer.append", audio=base64.b64encode(bytes(160)).decode())  # 20 ms at 8 kHz
+    raw = s.audio_of(message)
+    s.accept_audio(raw, 0.0)
+    s.hear(raw, 0.0)
+    out = _update(s, **update)
+    assert [o["type"] for o in out] == ["error"] and out[0]["error"]["param"] == param, out

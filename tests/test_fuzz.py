@@ -19,6 +19,7 @@ from duplex.app.core.events import SERVER_EVENTS, Error
 from duplex.app.core.protocol import CLIENT_EVENT_TYPES, ClientEvent, ProtocolError, decode_event
 from duplex.app.core.session import Session
 from duplex.app.core.wire import Wire
+from duplex.app.harness.voices import load_corpus, resample
 from duplex.pipeline.detectors.silero_vad import SileroVad
 
 MODEL = SileroVad()
@@ -30,6 +31,15 @@ json_values = st.recursive(
     lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=12), kids, max_size=4),
     max_leaves=12,
 )
+TOOL = {
+    "type": "function",
+    "name": "get_weather",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
+_CLIP = next(c for c in load_corpus().turns if c.family == "human")
+SPEECH = base64.b64encode(
+    resample(_CLIP.pcm[_CLIP.speech_start :], _CLIP.rate, 24000)[:7200].astype("<i2").tobytes()
+).decode()  # 0.3 s of a person speaking: voice activity hears it
 valid = [
     {"type": "session.update", "session": {"voice": "alloy", "instructions": "hi", "pacing": {"enabled": False}}},
     {"type": "session.update", "session": {"audio": {"input": {"format": {"type": "audio/pcm", "rate": 16000}}}}},
@@ -49,6 +59,31 @@ valid = [
     {"type": "response.cancel"},
     {"type": "playback.ack", "response_id": "r", "played_samples": 10, "input_samples": 5},
     {"type": "session.sync"},
+    # Tools, schemas and the tool choice (the echo thinker calls a tool whose name is said).
+    {"type": "session.update", "session": {"tools": [TOOL], "tool_choice": "auto"}},
+    {"type": "session.update", "session": {"tools": [TOOL], "tool_choice": "required"}},
+    {"type": "session.update", "session": {"tools": [{**TOOL, "parameters": {"type": "object", "properties": {}}}]}},
+    {
+        "type": "response.create",
+        "response": {"tools": [TOOL], "tool_choice": {"type": "function", "name": "get_weather"}},
+    },
+    {
+        "type": "conversation.item.create",
+        "item": {
+            "type": "message",
+            "role": "user",
+            "content": [{"type": "input_text", "text": 'get weather {"city": 1}'}],
+        },
+    },
+    {"type": "conversation.item.create", "item": {"type": "function_call_output", "call_id": "call_x", "output": "ok"}},
+    # Session changes mid-speech: real speech, then the detector switched, off, or cleared.
+    {"type": "input_audio_buffer.append", "audio": SPEECH},
+    {"type": "session.update", "session": {"turn_detection": {"type": "semantic_vad", "eagerness": "high"}}},
+    {"type": "session.update", "session": {"turn_detection": {"type": "server_vad", "silence_duration_ms": 200}}},
+    # G.711 in and out, in both dialects' names.
+    {"type": "session.update", "session": {"audio": {"input": {"format": {"type": "audio/pcmu"}}}}},
+    {"type": "session.update", "session": {"input_audio_format": "g711_alaw", "output_audio_format": "g711_ulaw"}},
+    {"type": "input_audio_buffer.append", "audio": base64.b64encode(bytes(range(256)) * 2).decode()},
     # The ids the server gives its own items: a client may take them first.
     *(
         {
@@ -113,7 +148,9 @@ def check_invariants(s: Session, last_samples: int) -> None:
     ids = [i.id for i in s.conversation.items]
     assert len(ids) == len(set(ids)), "item ids are unique"
     r = s.replies.active
-    assert r is None or r.item in s.conversation.items, "the live reply's item is in the conversation"
+    assert r is None or r.item in s.conversation.items or s.conversation.taken(r.item.id), (
+        "the live reply's item is in the conversation, or its id held for it"
+    )
     assert s.input_samples >= last_samples, "the input clock never goes back"
     assert s.settings.input_rate in (16000, 24000) and s.settings.output_rate > 0
     assert s.replies.epoch >= 0

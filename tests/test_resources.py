@@ -198,7 +198,7 @@ async def test_a_pause_storm_through_semantic_vad(served):
     # Before: every pause queued a question and a candidate of the whole segment (91-130 tasks).
     assert peak - tasks0 <= 16, f"tasks {tasks0} -> {peak} during the storm"
     await _settled(server)
-    # The first long segment sizes the models' working memory once (+34 MiB; +147 MiB stayed
+    # The first long segment sizes the models' working memory once (+33 MiB; +147 MiB stayed
     # before the mmap threshold was fixed); from then on a storm leaves nothing behind.
     rss1 = rss_kib(server.pid)
     assert rss1 - rss0 < 64 * 1024, f"RSS {rss0 // 1024} -> {rss1 // 1024} MiB after the first storm"

@@ -40,6 +40,8 @@ class Intake:
         self.voice_activity = voice_activity
         self.samples = 0
         """Input samples heard: the session's input clock."""
+        self.received = False
+        """Whether any audio was accepted (G.711 may not have given a sample yet)."""
         self.listener: Listener | None = None
         self._buffer = bytearray()  # manual-commit buffer, when server VAD is off
         self._budget = limits.input_burst_s  # seconds of input the client may send now
@@ -106,6 +108,7 @@ class Intake:
             )
         self._budget -= seconds
         self._accepted += len(raw)
+        self.received = True
 
     def hear(self, raw: bytes, rate: int, now: float, *, replying: bool) -> list[Signal]:
         """Accepted audio, in order: advance the clocks, buffer it or listen to it."""

@@ -136,9 +136,7 @@ class Session:
             )
         body, refused = self._usable_tools(data["session"], data.get("event_id"))
         before = self.settings
-        self.ctx.settings = apply_update(
-            before, body, check_voice=self.check_voice, audio_started=self.input_samples > 0
-        )
+        self.ctx.settings = apply_update(before, body, check_voice=self.check_voice, audio_started=self.intake.received)
         ended: Output = []
         if (before.turn_detection, before.input_rate) != (self.settings.turn_detection, self.settings.input_rate):
             ended = self.turns.on_signals(self.intake.listen(self.settings), now)

@@ -283,7 +283,8 @@ def apply_update(
     chosen = _side_format(update, a_in, "input", INPUT_RATES, s.input_rate)
     if chosen is not None:
         if chosen != (s.input_format, s.input_rate) and audio_started:
-            raise _bad(f"{p}.audio.input.format", "the input format cannot change once audio has been received")
+            key = f"{p}.input_audio_format" if "input_audio_format" in update else f"{p}.audio.input.format"
+            raise _bad(key, "the input format cannot change once audio has been received")
         s = replace(s, input_format=chosen[0], input_rate=chosen[1])
     chosen = _side_format(update, a_out, "output", OUTPUT_RATES, s.output_rate)
     if chosen is not None:

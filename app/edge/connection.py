@@ -47,10 +47,6 @@ from duplex.pipeline.stream import ChunkEvent
 log = logging.getLogger("duplex.server")
 
 
-PARTIALS_SKIPPED_MAX = 2
-"""Partials a session skips in a row while the recogniser is busy before it waits its turn."""
-
-
 class Host(Protocol):
     """What a connection needs of its server: settings, backends, counters."""
 
@@ -108,7 +104,6 @@ class Connection:
         self._parked = asyncio.Event()  # set while the sink waits on playback
         self._hearing: set[asyncio.Task[None]] = set()  # recognitions and end-of-turn questions
         self._partial_running = False
-        self._partials_skipped = 0  # partials skipped in a row for a busy recogniser
         self._waiting: WaitingJobs[Transcribe | PredictTurn] = WaitingJobs(self.session.turns.still_wanted)
         self._tg: asyncio.TaskGroup | None = None
         self.replies = Replying(self)
@@ -206,8 +201,8 @@ class Connection:
             elif isinstance(out, CancelReply):
                 await self.replies.cancel(out)
             elif isinstance(out, Transcribe):
-                if out.kind == "partial" and not self._partial_due():
-                    continue
+                if out.kind == "partial" and (self._partial_running or not self.server.recognitions.idle()):
+                    continue  # partials only use a recogniser nobody else is waiting for
                 self._queue(out, self._transcribe(out), f"asr:{out.kind}:{out.item_id}")
             elif isinstance(out, PredictTurn):
                 self._queue(out, self._predict(out), "end-of-turn")
@@ -221,19 +216,6 @@ class Connection:
                     await self.send(self.session.synced(out.event_id))
             elif sending:
                 await self.send([out])
-
-    def _partial_due(self) -> bool:
-        """Whether to transcribe a partial now: only with a recogniser nobody waits for,
-        except that a session skipped :data:`PARTIALS_SKIPPED_MAX` times in a row queues
-        its next one (fairly, behind the others): four monologues at once got 11 and 0
-        partials in 26 s when it was luck who found the recogniser free."""
-        if self._partial_running:
-            return False
-        if self.server.recognitions.idle() or self._partials_skipped >= PARTIALS_SKIPPED_MAX:
-            self._partials_skipped = 0
-            return True
-        self._partials_skipped += 1
-        return False
 
     def _queue(self, action: Transcribe | PredictTurn, job: Coroutine[Any, Any, None], name: str) -> None:
         """Run a recognition or end-of-turn question (once this session's moot ones are dropped)."""
