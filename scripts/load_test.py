@@ -57,6 +57,8 @@ def tally() -> dict[str, Any]:
         "turns": 0,
         "barge_ins": 0,
         "first_audio": [],
+        "stopped": [],
+        "created": [],
         "recognition": [],
         "pause": [],
         "errors": [],
@@ -68,6 +70,18 @@ def tally() -> dict[str, Any]:
         "unanswered": 0,
         "closed": [],
     }
+
+
+def first_audio(events: list[Any]) -> Any:
+    """The first audio of the first reply created among ``events`` (a reply still playing
+    from before the question is not its answer)."""
+    created = next((r for r in events if r.event["type"] == "response.created"), None)
+    if created is None:
+        return None
+    rid = created.event["response"]["id"]
+    return next(
+        (r for r in events if r.event["type"] == "response.output_audio.delta" and r.event["response_id"] == rid), None
+    )
 
 
 async def conversation(
@@ -85,7 +99,7 @@ async def conversation(
             # Listen until the reply's first audio (or give up after 15 s); only new events are looked at.
             first = None
             for _ in range(375):
-                first = next((r for r in sim.events[seen:] if r.event["type"] == "response.output_audio.delta"), None)
+                first = first_audio(sim.events[seen:])
                 if first is not None:
                     break
                 await sim.silence(0.04)
@@ -94,6 +108,10 @@ async def conversation(
             if first is not None:
                 spoken = min(w for n, w in sim.sent_wall.items() if n >= end)
                 out["first_audio"].append((first.wall - spoken) * 1000)
+                for key, kind in (("stopped", "input_audio_buffer.speech_stopped"), ("created", "response.created")):
+                    at = next((r.wall for r in sim.events[seen:] if r.event["type"] == kind), None)
+                    if at is not None:
+                        out[key].append((at - spoken) * 1000)
             if first is not None and rng.random() < 0.5:
                 # Half the time, talk over the reply a second in.
                 await sim.silence(1.0)
@@ -190,6 +208,8 @@ async def main() -> None:
     print(f"| stale or lost audio bytes (after done, or out of seq/epoch) | {out['stale']} |")
     for name, key in (
         ("speech end -> first audio", "first_audio"),
+        ("  of which speech end -> speech_stopped", "stopped"),
+        ("  of which speech end -> response.created", "created"),
         ("  of which recognition (queue + decode)", "recognition"),
         ("barge-in onset -> duck event", "pause"),
     ):

@@ -205,6 +205,10 @@ async def test_the_conversation_is_bounded_and_the_servers_own_items_make_room(m
     deleted = await c.until("conversation.item.deleted")
     assert deleted["item_id"] == first
     assert (await c.until("response.done"))["response"]["status"] == "completed"
+    # Finding 12: the bound reads a running total (a sum per item was O(n)); it stays true
+    # through replies that grow, evictions and refusals.
+    conv = next(iter(server.connections)).session.conversation
+    assert conv.chars == sum(i.chars for i in conv.items) > 0
     await c.close()
 
 

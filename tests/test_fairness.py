@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from duplex.app.edge.fairness import FairQueue, LoopShare
+from duplex.app.edge.fairness import FairQueue, LoopShare, Moot
 
 
 def _busy(seconds: float) -> None:
@@ -78,3 +78,86 @@ async def test_cancelled_jobs_leave_the_queue_at_once():
     release.set()
     await running
     assert queue.running == 0
+
+
+async def test_a_session_is_charged_the_loop_time_it_used_not_the_time_the_cpu_was_elsewhere():
+    # Under a full CPU the loop's thread is off the core part of the time: charging wall
+    # time made 20 real-time sessions "use" more than their share, throttled their input
+    # below real time and ended them by keepalive timeout. A block that is off the CPU
+    # (here: asleep) costs nothing; one that computes costs what it computed.
+    share = LoopShare(0.5, burst_s=0.01)
+    await share.wait("live")
+    with share.charge("live"):
+        time.sleep(0.05)
+    assert share._accounts["live"].tokens > 0, "time off the CPU is not charged"
+    with share.charge("live"):
+        _busy(0.05)
+    assert share._accounts["live"].tokens < -0.03, "time computing is"
+
+
+async def test_spare_jobs_run_only_on_an_idle_queue_one_at_a_time_the_latest_per_owner():
+    queue = FairQueue(workers=2)
+    gates = {name: asyncio.Event() for name in ("turn", "turn2", "pa", "pb", "pa2", "pc")}
+    started: list[str] = []
+
+    async def job(name: str) -> str:
+        started.append(name)
+        await gates[name].wait()
+        return name
+
+    def run(name: str, *, spare: bool, owner: str) -> asyncio.Task[str]:
+        return asyncio.create_task((queue.spare if spare else queue.run)(owner, lambda: job(name)))
+
+    turn = run("turn", spare=False, owner="x")
+    pa = run("pa", spare=True, owner="a")
+    await asyncio.sleep(0)
+    assert started == ["turn"], "a spare job waits while anything else runs (the workers share the CPU)"
+    gates["turn"].set()
+    await turn
+    await asyncio.sleep(0)
+    assert started == ["turn", "pa"]
+    pb, pc = run("pb", spare=True, owner="b"), run("pc", spare=True, owner="c")
+    turn2 = run("turn2", spare=False, owner="y")
+    await asyncio.sleep(0)
+    assert started == ["turn", "pa", "turn2"], "one spare job at a time, and an ordinary job finds a worker"
+    pa2 = run("pa2", spare=True, owner="a")  # "a" waits again, behind "b" and "c"
+    gates["pa"].set()
+    await pa
+    await asyncio.sleep(0)
+    assert started[-1] == "turn2", "no spare job beside an ordinary one"
+    gates["turn2"].set()
+    await turn2
+    await asyncio.sleep(0)
+    assert started[-1] == "pb", "spare jobs go in the order their owners began to wait"
+    pb_newer = run("pb", spare=True, owner="b")  # b's job runs; its newer one waits at the back
+    pc_newer = run("pc", spare=True, owner="c")  # replaces c's waiting one, keeping c's place
+    with pytest.raises(Moot):
+        await pc
+    for name in ("pb", "pc", "pa2"):
+        gates[name].set()
+    assert await asyncio.gather(pb, pc_newer, pa2, pb_newer) == ["pb", "pc", "pa2", "pb"]
+    assert started[-3:] == ["pc", "pa2", "pb"], started
+    assert queue.running == queue.spare_running == 0
+
+
+async def test_a_spare_job_gives_way_to_its_owners_ordinary_one_and_a_cancelled_one_leaves_the_line():
+    queue = FairQueue(workers=1)
+    release = asyncio.Event()
+
+    async def job() -> None:
+        await release.wait()
+
+    running = asyncio.create_task(queue.run("a", job))
+    superseded = asyncio.create_task(queue.spare("a", job))
+    await asyncio.sleep(0)
+    later = asyncio.create_task(queue.run("a", job))  # the turn's own transcript
+    with pytest.raises(Moot):
+        await superseded
+    waiting = asyncio.create_task(queue.spare("b", job))
+    await asyncio.sleep(0)
+    waiting.cancel()
+    await asyncio.gather(waiting, return_exceptions=True)
+    assert not queue._spare
+    release.set()
+    await asyncio.gather(running, later)
+    assert queue.running == queue.spare_running == 0

@@ -151,6 +151,7 @@ def check_invariants(s: Session, last_samples: int) -> None:
     assert r is None or r.item in s.conversation.items or s.conversation.taken(r.item.id), (
         "the live reply's item is in the conversation, or its id held for it"
     )
+    assert s.conversation.chars == sum(i.chars for i in s.conversation.items), "the running total is true"
     assert s.input_samples >= last_samples, "the input clock never goes back"
     assert s.settings.input_rate in (16000, 24000) and s.settings.output_rate > 0
     assert s.replies.epoch >= 0

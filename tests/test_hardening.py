@@ -187,6 +187,34 @@ async def test_a_client_that_stops_reading_is_closed_within_bounds(make_server):
     ws.transport.abort()
 
 
+async def test_a_client_that_stops_reading_a_paced_reply_is_closed_soon_after(make_server):
+    # Finding 10: the stall timeout starts once the kernel stops taking data; with the
+    # send buffer Linux grows to 4 MiB, that took ~a minute of a paced reply (64 KB/s of
+    # base64), holding its slot. The client here is an ordinary one (buffers as is).
+    server = await make_server(stall_timeout_s=1.0)
+    ws = await websockets.connect(_url(server.port), max_size=None)
+    await ws.recv()
+    for event in (
+        {
+            "type": "conversation.item.create",
+            "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": LONG * 3}]},
+        },
+        {"type": "response.create"},
+    ):
+        await ws.send(json.dumps(event))
+    loop = asyncio.get_running_loop()
+    await until(lambda: server.metrics.value("duplex_bytes_out_total") > 0, 30, what="the reply begun")
+    ws.transport.pause_reading()  # and never read again
+    stopped = loop.time()
+    await until(lambda: not server.connections, 60, what="the stalled client closed")
+    took = loop.time() - stopped
+    # The bytes in flight (the client's window, the server's fixed send buffer, the
+    # write buffer) take seconds at the voice's pace, then the 1 s timeout.
+    assert took < 20, f"closed {took:.1f} s after the client stopped reading"
+    assert 'duplex_refusals_total{kind="stalled"} 1' in server.metrics_text()
+    ws.transport.abort()
+
+
 # -- faults -----------------------------------------------------------------------
 
 

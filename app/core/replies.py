@@ -244,6 +244,7 @@ class Replies:
         out: list[ServerEvent] = []
         if part.audio:
             part.text = r.text if status == "completed" else r.text[: r.transcript_sent]
+            self.ctx.conversation.recount(r.item)
             out += [AudioDone(r.ref), AudioTranscriptDone(r.ref, part.text)]
         else:
             out.append(TextDone(r.ref, part.text or ""))
@@ -302,6 +303,7 @@ class Replies:
             if not r.audio:
                 r.item.content[0].text = r.text
                 out.append(TextDelta(r.ref, chunk.text))
+            self.ctx.conversation.recount(r.item)
         n = chunk.audio.length
         if n:
             if r.first_audio is None:
@@ -411,6 +413,7 @@ class Replies:
             out += self.cancel(r, "turn_detected")
         end_ms = min(self._played_ms(r, onset), r.item.audio_ms)
         r.item.truncate(end_ms)
+        self.ctx.conversation.recount(r.item)
         out.append(ItemTruncated(r.item.id, 0, end_ms))
         return out
 
@@ -421,5 +424,6 @@ class Replies:
         if r is not None and r.item is item:
             out += self.cancel(r, "client_cancelled")  # the client stopped playing the live reply: it is over
         item.truncate(end_ms)
+        self.ctx.conversation.recount(item)
         out.append(ItemTruncated(item.id, 0, end_ms))
         return out

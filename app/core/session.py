@@ -310,6 +310,7 @@ class Session:
             # own truncate, on its wall clock): the item keeps one cut, the earlier of the two.
             if end_ms < item.truncated_ms:
                 item.truncate(end_ms)
+                self.conversation.recount(item)
             return [ItemTruncated(item.id, 0, item.truncated_ms or 0)]
         if end_ms > item.audio_ms:
             raise ProtocolError(

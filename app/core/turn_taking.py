@@ -258,6 +258,7 @@ class TurnTaking:
             return []  # deleted meanwhile
         item = self.s.conversation.get(item_id)
         item.content[0].text = text
+        self.s.conversation.recount(item)
         out: Output = [
             TranscriptionFailed(item_id, 0, failure)
             if failure is not None

@@ -103,7 +103,6 @@ class Connection:
         self._progress = asyncio.Event()  # input, acks and cancels wake a paced sink
         self._parked = asyncio.Event()  # set while the sink waits on playback
         self._hearing: set[asyncio.Task[None]] = set()  # recognitions and end-of-turn questions
-        self._partial_running = False
         self._waiting: WaitingJobs[Transcribe | PredictTurn] = WaitingJobs(self.session.turns.still_wanted)
         self._tg: asyncio.TaskGroup | None = None
         self.replies = Replying(self)
@@ -201,8 +200,6 @@ class Connection:
             elif isinstance(out, CancelReply):
                 await self.replies.cancel(out)
             elif isinstance(out, Transcribe):
-                if out.kind == "partial" and (self._partial_running or not self.server.recognitions.idle()):
-                    continue  # partials only use a recogniser nobody else is waiting for
                 self._queue(out, self._transcribe(out), f"asr:{out.kind}:{out.item_id}")
             elif isinstance(out, PredictTurn):
                 self._queue(out, self._predict(out), "end-of-turn")
@@ -283,25 +280,24 @@ class Connection:
         started = self.loop.time()
         partial = action.kind == "partial"
         if recognizer is not None:
-            self._partial_running |= partial
+            queue = self.server.recognitions
 
             async def job() -> str:
                 self._waiting.check(action)
                 return await recognizer.transcribe(action.audio, action.rate, partial=partial)
 
             try:
-                # Fair across sessions: a session that floods waits its turn, not everyone else.
-                text = await self.server.recognitions.run(self, job)
+                # Fair across sessions: a session that floods waits its turn, not everyone else;
+                # a partial only on what turns and candidates leave, the latest one a session has.
+                text = await (queue.spare(self, job) if partial else queue.run(self, job))
             except Moot:
-                return  # the user went on past that pause while it waited: nobody needs it
+                return  # the user went on past that pause, or a newer partial came: nobody needs it
             except Exception as exc:  # a failed recognition is heard as nothing, not a dead session
                 if not partial:
                     log.warning(
                         "recognition failed for %s: %r", action.item_id, exc, extra={"session": self.session.id}
                     )
                 failure = f"speech recognition failed: {exc}"
-            finally:
-                self._partial_running &= not partial
         took = (self.loop.time() - started) * 1000
         outputs = self.session.on_transcript(
             action.item_id, text, self.loop.time(), took, failure, kind=action.kind, upto=action.upto

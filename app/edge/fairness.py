@@ -9,7 +9,8 @@ event loop's time for listening to input audio, and the recogniser's workers.
   streaming in real time never does.
 * :class:`FairQueue` runs jobs (recognitions) on a fixed number of workers,
   taking the next job from each waiting session in turn rather than first come,
-  first served; a session's queued jobs go when it is cancelled.
+  first served; a session's queued jobs go when it is cancelled. Partial
+  transcripts wait in a lane of their own, behind every other job.
 """
 
 from __future__ import annotations
@@ -80,12 +81,12 @@ class LoopShare:
     @contextmanager
     def charge(self, owner: Hashable) -> Iterator[None]:
         """Charge ``owner`` the loop time the block takes (it must not await)."""
-        start = time.perf_counter()
+        start = time.thread_time()
         try:
             yield
         finally:
             account = self._account(owner, asyncio.get_running_loop().time())
-            account.tokens -= time.perf_counter() - start
+            account.tokens -= time.thread_time() - start
 
     def forget(self, owner: Hashable) -> None:
         """A session that has gone."""
@@ -111,23 +112,34 @@ class OwnerGate:
 
 
 class FairQueue:
-    """Jobs on ``workers`` slots, served round-robin across owners."""
+    """Jobs on ``workers`` slots, served round-robin across owners.
+
+    Spare jobs (:meth:`spare`: partial transcripts) use what the others leave: one is
+    given a slot only when no other job runs or waits, and one at a time (the workers
+    share the CPU: a partial decoding beside a turn's candidate took a third of a core
+    from it with ten sessions speaking, and the turn waited); an owner's newer spare job
+    replaces its waiting one (only the latest is worth doing), and owners are served in
+    the order they began to wait (every session gets its turn, however its speech is
+    timed).
+    """
 
     def __init__(self, workers: int) -> None:
         self.workers = workers
         self.running = 0
+        self.spare_running = 0
         self._waiting: OrderedDict[Hashable, deque[asyncio.Future[None]]] = OrderedDict()
-
-    def idle(self) -> bool:
-        """Whether a job would start now (a worker is free and nobody waits)."""
-        return self.running < self.workers and not self._waiting
+        self._spare: OrderedDict[Hashable, asyncio.Future[None]] = OrderedDict()
 
     def pending(self, owner: Hashable) -> int:
         """Jobs of ``owner`` waiting for a slot."""
         return len(self._waiting.get(owner, ()))
 
     async def run(self, owner: Hashable, job: Callable[[], Awaitable[T]]) -> T:
-        """Run ``job`` once a slot is free and it is ``owner``'s turn."""
+        """Run ``job`` once a slot is free and it is ``owner``'s turn. It supersedes
+        ``owner``'s waiting spare job (a turn's transcript covers what a partial would)."""
+        older = self._spare.pop(owner, None)
+        if older is not None and not older.done():
+            older.set_exception(Moot())
         if self.running >= self.workers or self._waiting:
             future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._waiting.setdefault(owner, deque()).append(future)
@@ -146,6 +158,34 @@ class FairQueue:
         finally:
             self._release()
 
+    def _spare_free(self) -> bool:
+        return self.running == 0 and not self._waiting
+
+    async def spare(self, owner: Hashable, job: Callable[[], Awaitable[T]]) -> T:
+        """Run ``job`` on spare capacity; raises :class:`Moot` if a newer spare job of
+        ``owner`` replaces it while it waits."""
+        older = self._spare.get(owner)
+        if older is not None and not older.done():
+            older.set_exception(Moot())  # keeps the owner's place in the line
+        if self._spare_free() and not self._spare:
+            self.running += 1
+            self.spare_running += 1
+        else:
+            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._spare[owner] = future
+            try:
+                await future
+            except asyncio.CancelledError:
+                if future.done() and not future.cancelled() and future.exception() is None:
+                    self._release(spare=True)
+                elif self._spare.get(owner) is future:
+                    del self._spare[owner]
+                raise
+        try:
+            return await job()
+        finally:
+            self._release(spare=True)
+
     def _forget(self, owner: Hashable, future: asyncio.Future[None]) -> None:
         queue = self._waiting.get(owner)
         if queue is not None and future in queue:
@@ -153,8 +193,9 @@ class FairQueue:
             if not queue:
                 del self._waiting[owner]
 
-    def _release(self) -> None:
+    def _release(self, *, spare: bool = False) -> None:
         self.running -= 1
+        self.spare_running -= spare
         while self._waiting and self.running < self.workers:
             owner, queue = next(iter(self._waiting.items()))
             future = queue.popleft()
@@ -164,6 +205,12 @@ class FairQueue:
             if not future.done():
                 self.running += 1
                 future.set_result(None)
+        while self._spare and self._spare_free():
+            _, waiting = self._spare.popitem(last=False)
+            if not waiting.done():
+                self.running += 1
+                self.spare_running += 1
+                waiting.set_result(None)
 
 
 class Moot(Exception):

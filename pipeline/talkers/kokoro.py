@@ -27,18 +27,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import threading
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, replace
 from typing import Any, cast
 
 import numpy as np
 
+from duplex.pipeline.niceness import built_at
 from duplex.pipeline.talker import SpeechRequest, TalkerChunk
 from duplex.pipeline.talkers import espeak
 from duplex.pipeline.talkers.kokoro_model import MODEL_SHA256, VOICES, KokoroModel
-from duplex.pipeline.talkers.pool import Cancelled, Job, SynthesisPool, set_nice
+from duplex.pipeline.talkers.pool import Cancelled, Job, SynthesisPool
 from duplex.pipeline.talkers.segments import speech_chunks, split_segments
 
 log = logging.getLogger("duplex.voice")
@@ -83,27 +83,6 @@ class _Job(Job[tuple[np.ndarray, list[str]]]):
             self.options.terminate = True  # stops the run in progress
 
 
-def _niced(make: Callable[[], KokoroModel], nice: int) -> KokoroModel:
-    """Build the model on a thread at ``nice``: onnxruntime's own threads start there and
-    inherit it, so under load the listening (VAD, recognition, the event loop) is served
-    first and a reply makes way."""
-    out: list[KokoroModel | BaseException] = []
-
-    def run() -> None:
-        try:
-            set_nice(nice)
-            out.append(make())
-        except BaseException as exc:  # raised again on the caller's thread
-            out.append(exc)
-
-    t = threading.Thread(target=run, name="kokoro-load")
-    t.start()
-    t.join()
-    if isinstance(out[0], BaseException):
-        raise out[0]
-    return out[0]
-
-
 class KokoroRuntime:
     """The model and its worker threads, shared by every session."""
 
@@ -111,7 +90,9 @@ class KokoroRuntime:
         import onnxruntime as ort
 
         self._ort = ort
-        self.model = _niced(lambda: KokoroModel(threads=threads), nice)
+        # Built niced: onnxruntime's threads inherit it, so under load the listening
+        # (VAD, recognition, the event loop) is served first and a reply makes way.
+        self.model = built_at(nice, lambda: KokoroModel(threads=threads), "kokoro-load")
         self.capacity = capacity
         """Replies that can be made at once in real time; more speak with another voice."""
         self.making = 0

@@ -11,15 +11,14 @@ delivered. Results reach the event loop through ``call_soon_threadsafe``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
-import os
 import queue
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+from duplex.pipeline.niceness import set_nice
 from duplex.pipeline.talker import TalkerError
 
 T = TypeVar("T")
@@ -59,12 +58,6 @@ class Job(Generic[T]):
 
 
 J = TypeVar("J", bound=Job[Any])
-
-
-def set_nice(nice: int) -> None:
-    """Give the calling thread ``nice`` (Linux keeps one per thread; threads it starts inherit it)."""
-    with contextlib.suppress(OSError, AttributeError):  # not Linux, or not allowed: as is
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
 
 
 class SynthesisPool(Generic[J]):
