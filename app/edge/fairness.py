@@ -118,9 +118,9 @@ class FairQueue:
     given a slot only when no other job runs or waits, and one at a time (the workers
     share the CPU: a partial decoding beside a turn's candidate took a third of a core
     from it with ten sessions speaking, and the turn waited); an owner's newer spare job
-    replaces its waiting one (only the latest is worth doing), and owners are served in
-    the order they began to wait (every session gets its turn, however its speech is
-    timed).
+    replaces its waiting one (only the latest is worth doing), one asked for while the
+    owner's last still runs is dropped, and owners are served in the order they began
+    to wait (every session gets its turn, however its speech is timed).
     """
 
     def __init__(self, workers: int) -> None:
@@ -129,6 +129,7 @@ class FairQueue:
         self.spare_running = 0
         self._waiting: OrderedDict[Hashable, deque[asyncio.Future[None]]] = OrderedDict()
         self._spare: OrderedDict[Hashable, asyncio.Future[None]] = OrderedDict()
+        self._sparing: set[Hashable] = set()  # owners with a spare job running
 
     def pending(self, owner: Hashable) -> int:
         """Jobs of ``owner`` waiting for a slot."""
@@ -164,6 +165,8 @@ class FairQueue:
     async def spare(self, owner: Hashable, job: Callable[[], Awaitable[T]]) -> T:
         """Run ``job`` on spare capacity; raises :class:`Moot` if a newer spare job of
         ``owner`` replaces it while it waits."""
+        if owner in self._sparing:
+            raise Moot  # one at a time per owner: back to back, they crowded a pause's models
         older = self._spare.get(owner)
         if older is not None and not older.done():
             older.set_exception(Moot())  # keeps the owner's place in the line
@@ -181,9 +184,11 @@ class FairQueue:
                 elif self._spare.get(owner) is future:
                     del self._spare[owner]
                 raise
+        self._sparing.add(owner)
         try:
             return await job()
         finally:
+            self._sparing.discard(owner)
             self._release(spare=True)
 
     def _forget(self, owner: Hashable, future: asyncio.Future[None]) -> None:
