@@ -163,8 +163,8 @@ class FairQueue:
         return self.running == 0 and not self._waiting
 
     async def spare(self, owner: Hashable, job: Callable[[], Awaitable[T]]) -> T:
-        """Run ``job`` on spare capacity; raises :class:`Moot` if a newer spare job of
-        ``owner`` replaces it while it waits."""
+        """Run ``job`` on spare capacity; raises :class:`Moot` if ``owner``'s last spare
+        job still runs, or a newer job of ``owner`` (spare or not) replaces it while it waits."""
         if owner in self._sparing:
             raise Moot  # one at a time per owner: back to back, they crowded a pause's models
         older = self._spare.get(owner)
