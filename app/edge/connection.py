@@ -37,7 +37,7 @@ from duplex.app.core.session import Output, Session
 from duplex.app.core.settings import SessionSettings, TurnDetection
 from duplex.app.core.wire import Wire
 from duplex.app.edge.config import ServerConfig
-from duplex.app.edge.fairness import FairQueue, LoopShare, Moot, WaitingJobs
+from duplex.app.edge.fairness import FairQueue, LoopShare, Moot, RealTime, WaitingJobs
 from duplex.app.edge.metrics import Metrics
 from duplex.app.edge.replying import ReplyEnded, Replying
 from duplex.app.edge.transport import GuardedConnection
@@ -100,6 +100,7 @@ class Connection:
         self.session.clock.idle_s = cfg.input_idle_s
         self.wire = Wire(self.session.id, dialect, extensions=extensions)
         self._send_lock = asyncio.Lock()
+        self._real_time = RealTime(self.loop.time())  # input at the pace of speech is never held back
         self._progress = asyncio.Event()  # input, acks and cancels wake a paced sink
         self._parked = asyncio.Event()  # set while the sink waits on playback
         self._hearing: set[asyncio.Task[None]] = set()  # recognitions and end-of-turn questions
@@ -177,13 +178,19 @@ class Connection:
             raise err.with_event_id(event_id) from None
 
     async def _hear(self, raw: bytes) -> None:
-        """Admitted microphone audio, heard in slices, each charged to the session's share."""
+        """Admitted microphone audio, heard in slices: at up to real time at once, faster
+        only as the session's share of the loop allows, each slice charged to it."""
         session, share = self.session, self.server.loop_share
-        step = max(2, int(session.settings.input_rate * HEAR_SLICE_S) * 2)
+        rate = session.settings.input_rate
+        step = max(2, int(rate * HEAR_SLICE_S) * 2)
         for i in range(0, len(raw), step):
-            await share.wait(self)
-            with share.charge(self):
-                outputs = session.hear(raw[i : i + step], self.loop.time())
+            piece = raw[i : i + step]
+            if self._real_time.take(len(piece) / 2 / rate, self.loop.time()):
+                outputs = session.hear(piece, self.loop.time())
+            else:
+                await share.wait(self)
+                with share.charge(self):
+                    outputs = session.hear(piece, self.loop.time())
             self.nudge()  # input moves a paced sink
             await self.execute(outputs)
 
