@@ -127,3 +127,24 @@ def test_scripts_use_the_package_not_the_tests():
         names += [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
         assert not [m for m in names if m == "tests" or m.startswith("tests.")], path.name
         assert "sys.path.insert" not in path.read_text(), path.name
+
+
+# Sub-rooms: a family of parts that only its package's front may show the rest of the code.
+SUB_ROOMS = ("duplex.app.core.listening",)
+
+
+def test_a_sub_room_is_entered_only_by_its_front():
+    wrong = []
+    for module, deps in graph().items():
+        for room in SUB_ROOMS:
+            if module == room or module.startswith(room + "."):
+                continue
+            wrong += [f"{module} -> {d}" for d in deps if d.startswith(room + ".")]
+    assert wrong == []
+
+
+def test_the_sub_rooms_are_there_and_used_through_their_front():
+    g = graph()
+    for room in SUB_ROOMS:
+        assert any(m.startswith(room + ".") for m in g), f"{room} has parts"
+        assert any(room in deps for m, deps in g.items() if not m.startswith(room)), f"{room} is entered"

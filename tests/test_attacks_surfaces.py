@@ -195,13 +195,15 @@ def test_a_queued_question_about_a_pause_the_user_spoke_past_is_moot():
     out = hear(s, 40 + 10)
     [candidate] = [a for a in out if isinstance(a, Transcribe) and a.kind == "candidate"]
     asks = [a for a in out if isinstance(a, PredictTurn)]
-    assert len(asks) == 2 and all(s.turns.still_wanted(a) for a in (candidate, *asks)), "the pause is being decided"
+    assert len(asks) == 2 and all(s.turn_taking.still_wanted(a) for a in (candidate, *asks)), (
+        "the pause is being decided"
+    )
     hear(s, 5)  # the user goes on
-    assert not any(s.turns.still_wanted(a) for a in (candidate, *asks)), "moot: that pause is over"
+    assert not any(s.turn_taking.still_wanted(a) for a in (candidate, *asks)), "moot: that pause is over"
     out = hear(s, 15 + 12)  # the next pause
     [candidate2] = [a for a in out if isinstance(a, Transcribe) and a.kind == "candidate"]
     asks2 = [a for a in out if isinstance(a, PredictTurn)]
-    assert asks2 and all(s.turns.still_wanted(a) for a in (candidate2, *asks2))
+    assert asks2 and all(s.turn_taking.still_wanted(a) for a in (candidate2, *asks2))
 
 
 # -- 8: pings are answered outside any session's share: a flood of them is refused ------

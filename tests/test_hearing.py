@@ -12,8 +12,6 @@ import numpy as np
 import pytest
 
 from duplex.app.core.actions import PredictTurn, PrepareReply, StartReply, Transcribe
-from duplex.app.core.bargein import BargeState, says_something
-from duplex.app.core.ears import Ears
 from duplex.app.core.events import (
     AudioDucked,
     AudioResumed,
@@ -21,22 +19,24 @@ from duplex.app.core.events import (
     TranscriptionCompleted,
     TranscriptionDelta,
 )
-from duplex.app.core.listening import TAIL_MS, Listener
-from duplex.app.core.semantic import EAGERNESS, OWN_PAUSE_MARGIN_MS, SemanticTurns, words_hang
-from duplex.app.core.session import Session
-from duplex.app.core.settings import SessionSettings, TurnDetection
-from duplex.app.core.signals import (
+from duplex.app.core.listening.bargein import BargeState, says_something
+from duplex.app.core.listening.ears import Ears
+from duplex.app.core.listening.listener import TAIL_MS, Listener
+from duplex.app.core.listening.semantic import EAGERNESS, OWN_PAUSE_MARGIN_MS, SemanticTurns, words_hang
+from duplex.app.core.listening.signals import (
     AskTurn,
     Continued,
+    Duck,
     Interrupt,
     Partial,
-    Pause,
-    Paused,
     Resume,
+    SpeechPaused,
     Started,
     Stopped,
     Turn,
 )
+from duplex.app.core.session import Session
+from duplex.app.core.settings import SessionSettings, TurnDetection
 from duplex.app.core.transcripts import Transcripts
 from tests.test_listening import RATE, WINDOW, Script
 
@@ -107,10 +107,10 @@ def test_semantic_turn_ends_by_probability_and_words(p, text, silence_ms):
     assert turns.ask(speech_end, speech_end + ms(AGAIN_MS) + 1) is None, "twice a pause in all"
     late = speech_end + ms(300)
     assert turns.ended(speech_end, late) is None, "nothing decides before every answer is in"
-    turns.answered(speech_end, p)
-    turns.heard(speech_end, text)
+    turns.on_probability(speech_end, p)
+    turns.on_transcript(speech_end, text)
     assert turns.ended(speech_end, late) is None, "one answer of two"
-    turns.answered(speech_end, p)
+    turns.on_probability(speech_end, p)
     end = speech_end + ms(silence_ms)
     # The end is placed on the input clock whenever the answers came: the same audio, the same turn.
     assert turns.ended(speech_end, max(late, end)) == end
@@ -120,13 +120,13 @@ def test_semantic_turn_ends_by_probability_and_words(p, text, silence_ms):
 
 def test_one_unsure_answer_of_two_is_enough_to_wait():
     turns = SemanticTurns("medium", RATE, HEARS_ALL)
-    turns.heard(0, "Tell me a joke.")
-    turns.answered(0, 0.99)
-    turns.answered(0, 0.6)  # the same pause, 50 ms later: leaning, not sure
+    turns.on_transcript(0, "Tell me a joke.")
+    turns.on_probability(0, 0.99)
+    turns.on_probability(0, 0.6)  # the same pause, 50 ms later: leaning, not sure
     assert turns.ended(0, ms(1000)) == ms(EAGERNESS["medium"].settle_ms)
-    turns.heard(ms(5000), "")  # the recogniser heard nothing: no way to tell from the words
-    turns.answered(ms(5000), 0.99)
-    turns.answered(ms(5000), 0.99)
+    turns.on_transcript(ms(5000), "")  # the recogniser heard nothing: no way to tell from the words
+    turns.on_probability(ms(5000), 0.99)
+    turns.on_probability(ms(5000), 0.99)
     assert turns.ended(ms(5000), ms(5000) + ms(2000)) == ms(5000) + ms(EAGERNESS["medium"].max_ms)
 
 
@@ -137,8 +137,8 @@ def test_eagerness_orders_the_waits_and_answers_about_an_older_pause_are_ignored
     assert all(w.settle_ms < w.doubt_ms <= w.max_ms for w in waits), "doubt waits between the two"
     assert [w.sure for w in waits] == sorted((w.sure for w in waits), reverse=True)
     turns = SemanticTurns("high", RATE, HEARS_ALL)
-    turns.answered(ms(1000), 0.99)
-    turns.heard(ms(1000), "Done.")
+    turns.on_probability(ms(1000), 0.99)
+    turns.on_transcript(ms(1000), "Done.")
     assert turns.ended(ms(2000), ms(2000) + ms(AGAIN_MS)) is None, "the speech went on since that answer"
 
 
@@ -148,9 +148,9 @@ def test_a_user_who_went_on_after_a_long_pause_gets_a_quick_end_only_after_that_
     assert turns.quick_ms() == AGAIN_MS
     turns.resumed(ms(2000), ms(2000) + ms(300))  # went on after 300 ms of silence
     assert turns.quick_ms() == 300 + OWN_PAUSE_MARGIN_MS
-    turns.answered(ms(5000), 0.99)
-    turns.answered(ms(5000), 0.99)
-    turns.heard(ms(5000), "Tell me a joke.")
+    turns.on_probability(ms(5000), 0.99)
+    turns.on_probability(ms(5000), 0.99)
+    turns.on_transcript(ms(5000), "Tell me a joke.")
     assert turns.ended(ms(5000), ms(5000) + ms(AGAIN_MS)) is None, "not at once any more"
     assert turns.ended(ms(5000), ms(5000) + ms(400)) == ms(5000) + ms(400)
     turns.resumed(ms(6000), ms(6000) + ms(3000))  # a new thought, not a pause
@@ -161,7 +161,7 @@ def test_a_user_who_went_on_after_a_long_pause_gets_a_quick_end_only_after_that_
 def test_without_a_model_the_words_and_the_silence_decide():
     turns = SemanticTurns("medium", RATE, Ears(transcripts=True))
     assert turns.ask(0, ms(1000)) is None
-    turns.heard(0, "What time is it?")
+    turns.on_transcript(0, "What time is it?")
     assert turns.ended(0, ms(EAGERNESS["medium"].settle_ms)) == ms(EAGERNESS["medium"].settle_ms)
 
 
@@ -173,7 +173,7 @@ def test_partials_while_speaking_a_candidate_and_a_question_at_the_pause_then_th
     assert len(partials) == 40 * WINDOW // ms(400), "one partial per 400 ms of speech"
     assert all(p.audio.size == p.upto for p in partials), "each hears the speech from its start"
     out = feed(ears, 10)  # 320 ms of silence
-    [paused] = of(Paused, out)
+    [paused] = of(SpeechPaused, out)
     first, again = of(AskTurn, out)
     speech_end = 40 * WINDOW
     assert (paused.speech_end, paused.upto) == (speech_end, speech_end + ms(TAIL_MS))
@@ -181,8 +181,10 @@ def test_partials_while_speaking_a_candidate_and_a_question_at_the_pause_then_th
     assert (first.speech_end, first.upto) == (speech_end, speech_end + ms(ASK_MS))
     assert (again.speech_end, again.upto) == (speech_end, speech_end + ms(AGAIN_MS)), "asked again, later"
     assert not of(Turn, out) and not of(Partial, out), "no partials in a pause"
-    assert ears.answered(speech_end, 0.99) == [] and ears.answered(speech_end, 0.99) == [], "no transcript yet"
-    out = ears.heard(speech_end, "What is the weather like today?")
+    assert ears.on_turn_probability(speech_end, 0.99) == [] and ears.on_turn_probability(speech_end, 0.99) == [], (
+        "no transcript yet"
+    )
+    out = ears.on_candidate(speech_end, "What is the weather like today?")
     [stopped] = of(Stopped, out)
     [turn] = of(Turn, out)
     assert stopped.audio_end == speech_end + ms(AGAIN_MS)
@@ -193,11 +195,11 @@ def test_speech_after_a_pause_voids_it():
     probs = [0.9] * 20 + [0.0] * 10 + [0.9] * 20 + [0.0] * 100
     ears = Listener(Script(probs), RATE, SEMANTIC, floor_dbfs=float("-inf"), ears=HEARS_ALL)
     out = feed(ears, 30)
-    assert of(Paused, out) and not of(Continued, out)
+    assert of(SpeechPaused, out) and not of(Continued, out)
     out = feed(ears, 1)
     assert of(Continued, out) == [Continued()]
     out = feed(ears, 30)
-    assert of(Paused, out)[0].speech_end == 50 * WINDOW, "the next pause gets its own candidate"
+    assert of(SpeechPaused, out)[0].speech_end == 50 * WINDOW, "the next pause gets its own candidate"
 
 
 # -- speech over a reply ---------------------------------------------------------------
@@ -208,16 +210,16 @@ def over_reply(probs: list[float], td: TurnDetection = SEMANTIC) -> Listener:
 def test_a_backchannel_ducks_the_reply_and_resumes_it_once_its_words_are_known():
     ears = over_reply([0.9] * 12 + [0.0] * 200)
     out = feed(ears, 12, replying=True)
-    assert of(Pause, out) == [Pause(0)], "ducked at the onset"
+    assert of(Duck, out) == [Duck(0)], "ducked at the onset"
     out = feed(ears, 6, replying=True)  # 192 ms of silence: a candidate is asked for
-    assert of(Paused, out) and not of(Resume, out)
-    out = ears.heard(12 * WINDOW, "Mhm, okay.")
+    assert of(SpeechPaused, out) and not of(Resume, out)
+    out = ears.on_candidate(12 * WINDOW, "Mhm, okay.")
     assert of(Resume, out) == [Resume()] and not of(Turn, out), "resumed at once; not a turn"
     assert of(Stopped, out)[0].audio_end < 12 * WINDOW + ms(SEMANTIC.silence_duration_ms)
     # A partial that already said so: resumed as soon as the speech pauses.
     ears = over_reply([0.9] * 12 + [0.0] * 200)
     feed(ears, 12, replying=True)
-    assert ears.hearing("Mhm.", 12 * WINDOW) == []
+    assert ears.on_partial("Mhm.", 12 * WINDOW) == []
     out = feed(ears, 4, replying=True)  # 128 ms: past the 100 ms tail
     assert of(Resume, out) == [Resume()] and of(Stopped, out)[0].audio_end == 12 * WINDOW + 4 * WINDOW
 
@@ -225,8 +227,8 @@ def test_a_backchannel_ducks_the_reply_and_resumes_it_once_its_words_are_known()
 def test_words_over_a_reply_interrupt_it_at_the_onset():
     ears = over_reply([0.1] * 5 + [0.9] * 30 + [0.0] * 100)
     feed(ears, 20, replying=True)
-    assert ears.barge_in.state is BargeState.PAUSED
-    assert ears.hearing("Wait, what about", 20 * WINDOW) == [Interrupt(5 * WINDOW)]
+    assert ears.barge_in.state is BargeState.JUDGING
+    assert ears.on_partial("Wait, what about", 20 * WINDOW) == [Interrupt(5 * WINDOW)]
     assert ears.barge_in.state is BargeState.INTERRUPTED
 
 
@@ -238,8 +240,8 @@ def test_quiet_speech_over_a_reply_never_interrupts_it_and_then_no_longer_ducks_
     assert not of(Started, out), "too far below the user's level to start speech over a reply"
     ears.levels.user_db = -32.0  # a quieter user: the sound may start speech, but is judged
     out = feed(ears, 30, pcm=QUIET, replying=True)
-    assert of(Pause, out) == [Pause(10 * WINDOW)]
-    assert ears.hearing("and the news at nine", 40 * WINDOW) == [], "words, but not at the user's level"
+    assert of(Duck, out) == [Duck(10 * WINDOW)]
+    assert ears.on_partial("and the news at nine", 40 * WINDOW) == [], "words, but not at the user's level"
     out = feed(ears, 30, pcm=QUIET, replying=True)  # speech that says nothing of its own for 1.5 s
     assert of(Resume, out) and of(Stopped, out) and not of(Interrupt, out) and not of(Turn, out)
     # The noise's level now bars new onsets below its level + 6 dB; the user's own voice starts afresh.
@@ -337,7 +339,7 @@ def test_a_duck_and_a_resume_reach_the_wire_for_a_backchannel():
     assert len(questions) == 2
     out = [e for q in questions for e in s.on_turn_probability(q.speech_end, 0.99, 0.0)]
     [start] = [a for a in out if isinstance(a, StartReply)]
-    s.replies.heard.first_audio = 0.0  # type: ignore[union-attr]  # the reply is playing
+    s.replies.playing.first_audio = 0.0  # type: ignore[union-attr]  # the reply is playing
     out = hear(s, 30 + 12)
     ducks = [e for e in out if isinstance(e, AudioDucked)]
     assert ducks and ducks[0].ref.response_id == start.response_id
@@ -354,22 +356,22 @@ def test_a_turn_ends_where_its_words_did_while_quieter_babble_goes_on():
     out = feed(ears, 60)  # ~1.9 s of the user's voice (Silero would hear the babble behind it as speech too)
     partials = of(Partial, out)
     for i, p in enumerate(partials):
-        ears.hearing(" ".join(["word"] * (i + 1)), p.upto)  # the words grow while the user speaks
+        ears.on_partial(" ".join(["word"] * (i + 1)), p.upto)  # the words grow while the user speaks
     words_end = partials[-1].upto
     out = []
     while len(of(AskTurn, out)) < 2:  # the voice stops; babble (20 dB down, "speech" to the VAD) goes on
         step = feed(ears, 1, pcm=QUIET)
         for p in of(Partial, step):
-            ears.hearing(" ".join(["word"] * len(partials)), p.upto)  # no new words
+            ears.on_partial(" ".join(["word"] * len(partials)), p.upto)  # no new words
         out += step
         assert len(out) < 100
-    [paused] = of(Paused, out)
+    [paused] = of(SpeechPaused, out)
     ask, _ = of(AskTurn, out)
     assert paused.speech_end == words_end == ask.speech_end, "the speech ended where the words did"
     assert ears.vad.samples - words_end >= ms(800), "two partials without new words first"
-    ears.answered(words_end, 0.99)
-    ears.answered(words_end, 0.99)
-    out = ears.heard(words_end, "Word word word word.")
+    ears.on_turn_probability(words_end, 0.99)
+    ears.on_turn_probability(words_end, 0.99)
+    out = ears.on_candidate(words_end, "Word word word word.")
     [turn] = of(Turn, out)
     assert turn.audio_end == words_end + ms(AGAIN_MS), "the turn ended though the babble never stopped"
     out = feed(ears, 30, pcm=QUIET)
@@ -379,10 +381,10 @@ def test_a_turn_ends_where_its_words_did_while_quieter_babble_goes_on():
 def test_speech_over_a_reply_is_transcribed_sooner_so_an_interruption_is_judged_sooner():
     ears = Listener(Script([0.9] * 60), RATE, SEMANTIC, floor_dbfs=float("-inf"), ears=HEARS_ALL)
     out = feed(ears, 24, replying=True)  # 768 ms of speech over a reply: it ducks, and is judged
-    assert of(Pause, out), "the reply ducked"
+    assert of(Duck, out), "the reply ducked"
     partials = of(Partial, out)
     assert [p.upto for p in partials] == [ms(224), ms(448), ms(672)], "every ~200 ms (32 ms windows), not 400"
-    ears.hearing("wait, please stop", partials[-1].upto)
+    ears.on_partial("wait, please stop", partials[-1].upto)
     assert ears.barge_in.state is BargeState.INTERRUPTED
     out = feed(ears, 25, replying=True)
     assert [p.upto - ms(672) for p in of(Partial, out)] == [ms(416), ms(832)], "judged: every 400 ms again"
@@ -391,15 +393,15 @@ def test_speech_over_a_reply_is_transcribed_sooner_so_an_interruption_is_judged_
 def test_a_recogniser_that_lags_does_not_end_a_turn_the_user_is_still_speaking():
     ears = Listener(Script([0.9] * 400), RATE, SEMANTIC, floor_dbfs=float("-inf"), ears=HEARS_ALL)
     out = feed(ears, 20)
-    ears.hearing("I need a recipe", of(Partial, out)[-1].upto)
+    ears.on_partial("I need a recipe", of(Partial, out)[-1].upto)
     out = feed(ears, 60)  # the words stay stuck for two seconds, but the voice goes on at its level
     for p in of(Partial, out):
-        ears.hearing("I need a recipe", p.upto)
-    assert not of(Paused, out) and not of(AskTurn, out) and not of(Stopped, out)
+        ears.on_partial("I need a recipe", p.upto)
+    assert not of(SpeechPaused, out) and not of(AskTurn, out) and not of(Stopped, out)
 
 
 def test_one_word_of_a_fragment_does_not_cancel_a_reply_two_do():
-    from duplex.app.core.bargein import FRAGMENT_MS, BargeIn
+    from duplex.app.core.listening.bargein import FRAGMENT_MS, BargeIn
 
     def paused() -> BargeIn:
         b = BargeIn(SEMANTIC, RATE, words=True)
@@ -407,25 +409,27 @@ def test_one_word_of_a_fragment_does_not_cancel_a_reply_two_do():
         return b
 
     b = paused()
-    assert b.heard("Ride.", loud=True, heard_ms=FRAGMENT_MS - 200) == [], "'Right' cut short: wait for more"
-    assert b.state is BargeState.PAUSED
-    assert b.heard("Ride.", loud=True, heard_ms=FRAGMENT_MS + 100), "the same word heard whole: a turn"
-    assert paused().heard("Wait, stop.", loud=True, heard_ms=FRAGMENT_MS - 200), "two words are enough at once"
+    assert b.on_words("Ride.", loud=True, heard_ms=FRAGMENT_MS - 200) == [], "'Right' cut short: wait for more"
+    assert b.state is BargeState.JUDGING
+    assert b.on_words("Ride.", loud=True, heard_ms=FRAGMENT_MS + 100), "the same word heard whole: a turn"
+    assert paused().on_words("Wait, stop.", loud=True, heard_ms=FRAGMENT_MS - 200), "two words are enough at once"
     b = paused()
-    assert b.heard("Right.", loud=True, heard_ms=FRAGMENT_MS - 200) == [] and b.judged, "a backchannel, soon"
+    assert b.on_words("Right.", loud=True, heard_ms=FRAGMENT_MS - 200) == [] and b.judged, "a backchannel, soon"
 
 
 def test_speech_heard_as_nothing_must_last_longer_to_cancel_by_its_length():
-    from duplex.app.core.bargein import UNHEARD_MS, BargeIn
+    from duplex.app.core.listening.bargein import UNHEARD_MS, BargeIn
 
     td = replace(SEMANTIC, barge_in_min_ms=800)
     b = BargeIn(td, RATE, words=True)
     b.started(0, replying=True)
     assert b.speaking(0, ms(800)), "800 ms at the user's level, nothing heard yet: the user talking"
+    b.stopped(0, ms(800))
     b.started(0, replying=True)
-    assert b.heard("", loud=True, heard_ms=600) == []  # heard, as nothing (a slow "Okay" Whisper drops)
-    assert b.speaking(0, ms(900)) == [] and b.state is BargeState.PAUSED
-    assert [type(x).__name__ for x in b.stopped(0, ms(900))] == ["Resume"], "it ended: resumed, not a turn"
+    assert b.on_words("", loud=True, heard_ms=600) == []  # heard, as nothing (a slow "Okay" Whisper drops)
+    assert b.speaking(0, ms(900)) == [] and b.state is BargeState.JUDGING
+    ended = b.stopped(0, ms(900))
+    assert [type(x).__name__ for x in ended.signals] == ["Resume"] and ended.turn is False, "resumed, not a turn"
     b.started(0, replying=True)
-    b.heard("", loud=True, heard_ms=600)
+    b.on_words("", loud=True, heard_ms=600)
     assert b.speaking(0, ms(800 + UNHEARD_MS)), "long enough all the same: cancelled"

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from duplex.app.clients.simulated import SimulatedClient
-from duplex.app.core.listening import LATE_MS
+from duplex.app.core.listening.bargein import LATE_MS
 from duplex.app.harness.voices import Clip, load_corpus, noise, resample, set_level, variant, wer
 
 RATE = 24000

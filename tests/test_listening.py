@@ -11,12 +11,12 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from duplex.app.core.bargein import BargeIn, BargeState
-from duplex.app.core.ears import DEAF
-from duplex.app.core.listening import TAIL_MS, Listener
+from duplex.app.core.listening.bargein import BargeIn, BargeState, Ending
+from duplex.app.core.listening.detectors import SilenceWindow, turn_detector
+from duplex.app.core.listening.ears import DEAF
+from duplex.app.core.listening.listener import TAIL_MS, Listener
+from duplex.app.core.listening.signals import Duck, Interrupt, Resume, Started, Stopped, Turn
 from duplex.app.core.settings import TurnDetection
-from duplex.app.core.signals import Interrupt, Pause, Resume, Started, Stopped, Turn
-from duplex.app.core.turns import SilenceWindow, turn_detector
 
 RATE = 16000  # the model's rate too: one window is 512 input samples
 WINDOW = 512
@@ -99,14 +99,14 @@ def test_the_silence_window_is_the_setting():
 
 def test_speech_over_a_reply_pauses_it_and_a_short_sound_resumes_it_without_a_turn():
     out = listen([0.9] * windows(400) + [0.0] * 30, TD, replying=True)
-    assert [type(s) for s in out] == [Started, Pause, Stopped, Resume]
+    assert [type(s) for s in out] == [Started, Duck, Stopped, Resume]
 
 
 def test_speech_over_a_reply_that_lasts_interrupts_it_at_the_onset_then_becomes_a_turn():
     onset = 5
     out = listen([0.0] * onset + [0.9] * windows(1200) + [0.0] * 30, TD, replying=True)
     kinds = [type(s) for s in out]
-    assert kinds == [Started, Pause, Interrupt, Stopped, Turn]
+    assert kinds == [Started, Duck, Interrupt, Stopped, Turn]
     interrupt = out[kinds.index(Interrupt)]
     assert interrupt.onset == onset * WINDOW  # where the speech began, not where it was decided
 
@@ -119,18 +119,20 @@ def test_with_interrupt_response_off_speech_over_a_reply_is_only_a_turn():
 
 def test_the_barge_in_policy_moves_through_its_states():
     policy = BargeIn(TD, RATE)
-    assert policy.started(1000, replying=False) == [] and policy.state is BargeState.NONE
-    assert policy.stopped(1000, 2000) == []
-    assert policy.started(1000, replying=True) == [Pause(1000)] and policy.state is BargeState.PAUSED
-    assert policy.speaking(1000, 1000 + 799 * RATE // 1000) == [] and policy.state is BargeState.PAUSED
+    assert policy.started(1000, replying=False) == [] and policy.state is BargeState.IDLE
+    assert policy.stopped(1000, 2000) == Ending([], turn=None), "no reply ducked: its length decides"
+    assert policy.started(1000, replying=True) == [Duck(1000)] and policy.state is BargeState.JUDGING
+    assert policy.speaking(1000, 1000 + 799 * RATE // 1000) == [] and policy.state is BargeState.JUDGING
     assert policy.speaking(1000, 1000 + 800 * RATE // 1000) == [Interrupt(1000)]
     assert policy.state is BargeState.INTERRUPTED
     assert policy.speaking(1000, 1000 + 900 * RATE // 1000) == [], "one interruption per segment"
-    assert policy.stopped(1000, 1000 + 900 * RATE // 1000) == [] and policy.state is BargeState.NONE
+    assert policy.stopped(1000, 1000 + 900 * RATE // 1000) == Ending([], turn=True)
+    assert policy.state is BargeState.IDLE
     policy.started(5000, replying=True)
-    assert policy.stopped(5000, 5000 + 100) == [Resume()]
+    assert policy.stopped(5000, 5000 + 100) == Ending([Resume()], turn=False)
     policy.started(5000, replying=True)
-    assert policy.stopped(5000, 5000 + 900 * RATE // 1000) == [Interrupt(5000)], "long speech that ended at once"
+    long = policy.stopped(5000, 5000 + 900 * RATE // 1000)
+    assert long == Ending([Interrupt(5000)], turn=True), "long speech that ended at once"
 
 
 def test_server_vad_is_a_silence_window_chosen_by_type():

@@ -113,7 +113,7 @@ def test_pause_resume_and_barge_in_truncation_at_the_played_position(duck_db):
     paused = r.pause(int(0.2 * RATE), int(0.3 * RATE), 0.3)
     assert len(paused) == 1 and isinstance(paused[0], AudioPaused if duck_db is None else AudioDucked)
     assert paused[0].audio_end_ms == 200 and paused[0].detected_after_ms == 100
-    reply = r.heard
+    reply = r.playing
     assert reply is not None and reply.playout.paused is (duck_db is None), "a ducked reply plays on"
     if isinstance(paused[0], AudioDucked):
         assert paused[0].gain_db == duck_db

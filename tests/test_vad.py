@@ -4,9 +4,9 @@ leaves turn boundaries where they were."""
 from __future__ import annotations
 
 from duplex.app.clients.sounds import mix, noise, silence, speech
-from duplex.app.core.listening import Listener
+from duplex.app.core.listening.listener import Listener
+from duplex.app.core.listening.signals import Started, Stopped
 from duplex.app.core.settings import TurnDetection
-from duplex.app.core.signals import Started, Stopped
 
 RATE = 24000
 

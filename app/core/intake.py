@@ -12,13 +12,11 @@ from __future__ import annotations
 import numpy as np
 
 from duplex.app.core.conversation import decode_audio
-from duplex.app.core.ears import DEAF, Ears
 from duplex.app.core.limits import SessionLimits
-from duplex.app.core.listening import Listener
+from duplex.app.core.listening import DEAF, Ears, Listener, Signal
 from duplex.app.core.pacing import SessionClock
 from duplex.app.core.protocol import ClientEvent, ProtocolError
 from duplex.app.core.settings import SessionSettings
-from duplex.app.core.signals import Signal
 from duplex.pipeline.g711 import TelephoneInput
 from duplex.pipeline.voice_activity import VoiceActivity
 

@@ -7,8 +7,9 @@ limits and the conversation). A reply is *active* from ``response.created`` to
 ``response.done``, and *heard* until the client has played everything it was
 sent, which with pacing is up to the lead later. A barge-in can land in either:
 an active reply is cancelled and truncated, a reply still being heard is
-truncated. A reply's output is its message (audio or text) and any function calls
-the thinker makes, each an output item in order.
+truncated. Its phases and their moves are data (:mod:`~duplex.app.core.reply_state`).
+A reply's output is its message (audio or text) and any function calls the thinker
+makes, each an output item in order.
 
 Why this module is long: one reply's lifecycle (its output items, playback, pause
 and truncation) reads as one state machine; split, each half would reach into the other.
@@ -51,6 +52,7 @@ from duplex.app.core.events import (
 from duplex.app.core.limits import SessionLimits
 from duplex.app.core.pacing import Playout, SessionClock
 from duplex.app.core.protocol import ProtocolError
+from duplex.app.core.reply_state import AUDIBLE, DUCKED, MOVES, PAUSED, RUNNING, ReplyEvent, ReplyPhase
 from duplex.app.core.settings import ResponseOptions, SessionSettings
 from duplex.app.core.units import samples_to_ms
 from duplex.pipeline.stages import OutputChunk
@@ -96,11 +98,9 @@ class Reply:
     started: float
     transcript_sent: int = 0
     first_audio: float | None = None
-    active: bool = True
+    phase: ReplyPhase = ReplyPhase.THINKING
     deltas: int = 0
     """Audio deltas sent: their ``seq`` on the wire (gap-free per reply)."""
-    ducked: bool = False
-    """Playing on, quieter, while speech over it is judged."""
     metadata: dict[str, str] | None = None
     outputs: list[Item] = field(default_factory=list)
     """The response's output items in order: its message once announced, its function calls."""
@@ -108,6 +108,20 @@ class Reply:
     """Function calls by the thinker's call index."""
     out_of_band: bool = False
     """Its items stay out of the conversation (``conversation: "none"``)."""
+
+    def move(self, event: ReplyEvent) -> None:
+        """Take ``event`` (one of :data:`~duplex.app.core.reply_state.MOVES`, or it raises)."""
+        self.phase = MOVES.move(self.phase, event)
+
+    @property
+    def running(self) -> bool:
+        """From ``response.created`` to ``response.done``."""
+        return self.phase in RUNNING
+
+    @property
+    def ducked(self) -> bool:
+        """Playing on, quieter, while speech over it is judged."""
+        return self.phase in DUCKED
 
     @property
     def announced(self) -> bool:
@@ -131,9 +145,16 @@ class Replies:
         self.ctx = ctx
         self.state = state
         """The session's handle on backend state; its epoch moves on with every cancel."""
-        self.active: Reply | None = None
-        self.heard: Reply | None = None  # the latest reply with audio, while it may still be playing
+        self.latest: Reply | None = None
+        self.playing: Reply | None = None
+        """The latest reply with audio (it may still be playing, or be heard, or cut)."""
         self.epoch = 0
+
+    @property
+    def active(self) -> Reply | None:
+        """The reply running now, if any (one at a time)."""
+        r = self.latest
+        return r if r is not None and r.running else None
 
     def _t(self, now: float) -> float:
         return self.ctx.clock.now(now)
@@ -155,9 +176,9 @@ class Replies:
         r.out_of_band = options.out_of_band
         if not r.out_of_band:  # its item is announced with its first output: hold the id till then
             ctx.conversation.promise(item.id)
-        self.active = r
+        self.latest = r
         if audio:
-            self.heard = r
+            self.playing = r
         out: Output = [ResponseCreated(self._view(r, "in_progress"))]
         if not calls_allowed(options.tools, options.tool_choice):
             out += self._announce(r)  # at once, as ever: only a reply that may call a function waits
@@ -180,6 +201,7 @@ class Replies:
     def _announce(self, r: Reply) -> list[ServerEvent]:
         """The reply's message item and its content part."""
         part = r.item.content[0]
+        r.move(ReplyEvent.ANNOUNCE)
         return [*self._add(r, r.item), ContentPartAdded(r.ref, part.view())]
 
     def _on_call(self, r: Reply, delta: ToolCallDelta) -> list[ServerEvent]:
@@ -217,12 +239,10 @@ class Replies:
         self, r: Reply, status: str, details: dict[str, Any] | None = None, timings: dict[str, float] | None = None
     ) -> list[ServerEvent]:
         """Close the reply's content, item and response, once."""
-        r.active = False
-        if self.active is r:
-            self.active = None
         out: list[ServerEvent] = []
         if not r.announced and not r.calls:
             out += self._announce(r)  # a reply that said nothing still has its (empty) message
+        r.move(ReplyEvent.END if r.audio and r.announced else ReplyEvent.END_SILENT)
         self.ctx.conversation.release(r.item.id)  # a reply of function calls alone has none
         done = "completed" if status == "completed" else "incomplete"
         conversation = self.ctx.conversation
@@ -261,8 +281,7 @@ class Replies:
         r = self.active
         if r is None:
             return []
-        r.active = False
-        self.active = None
+        r.move(ReplyEvent.END_SILENT)
         return [CancelReply(r.id, r.epoch, "client_disconnected")]
 
     # -- pipeline side -----------------------------------------------------------
@@ -347,18 +366,22 @@ class Replies:
 
     def on_ack(self, response_id: str, played: int, input_samples: int) -> None:
         """The client had played ``played`` samples of a reply at input sample ``input_samples``."""
-        r = self.heard
+        r = self.playing
         if r is not None and r.id == response_id:
             r.playout.on_ack(played, self.ctx.clock.time_of_input(input_samples, self.ctx.settings.input_rate))
 
     # -- barge-in ----------------------------------------------------------------
     def being_heard(self, now: float) -> Reply | None:
         """The reply the user hears (or is about to) now, if any."""
-        r = self.heard
-        if r is None or r.item.truncated_ms is not None:
+        r = self.playing
+        if r is None or r.running:
+            return r  # (thinking, too: speech over it is judged, and a turn cancels it)
+        if r.phase not in AUDIBLE:
             return None
-        if r.active or not r.playout.finished(self._t(now)):
+        if not r.playout.finished(self._t(now)):
             return r
+        if r.phase is ReplyPhase.PLAYING_OUT:
+            r.move(ReplyEvent.PLAYED)
         return None
 
     def prepare(self, messages: tuple[Message, ...], options: ResponseOptions) -> PrepareReply:
@@ -373,25 +396,26 @@ class Replies:
         """Speech began at input sample ``onset`` (decided at ``input_samples``): duck the
         reply (it plays on, quieter) or, with ducking off, stop its output now."""
         r = self.being_heard(now)
-        if r is None or r.playout.paused or r.ducked or not r.announced:
-            return []  # (a reply still deciding whether to speak or call has nothing to duck)
+        if r is None or r.phase not in (ReplyPhase.SPEAKING, ReplyPhase.PLAYING_OUT):
+            return []  # already ducked or paused (or still deciding whether to speak or call)
         td = self.ctx.settings.turn_detection
         duck_db = td.duck_db if td is not None and self.ctx.can_duck else None
         after = samples_to_ms(input_samples - onset, self.ctx.settings.input_rate)  # how late this was decided
         if duck_db is not None:
-            r.ducked = True
+            r.move(ReplyEvent.DUCK)
             return [AudioDucked(r.ref, r.epoch, self._played_ms(r, onset), after, duck_db)]
+        r.move(ReplyEvent.PAUSE)
         r.playout.pause(self._t(now))
         return [AudioPaused(r.ref, r.epoch, self._played_ms(r, onset), after)]
 
     def resume(self, now: float) -> list[ServerEvent]:
         """The speech was not a turn: the reply plays on as before."""
-        r = self.heard
-        if r is None or not (r.playout.paused or r.ducked) or r.item.truncated_ms is not None:
+        r = self.playing
+        if r is None or r.phase not in DUCKED | PAUSED:
             return []
-        if r.playout.paused:
+        if r.phase in PAUSED:
             r.playout.resume(self._t(now))
-        r.ducked = False
+        r.move(ReplyEvent.RESUME)
         return [AudioResumed(r.ref, r.epoch)]
 
     def _played_ms(self, r: Reply, onset: int) -> int:
@@ -401,17 +425,20 @@ class Replies:
     def interrupt(self, onset: int, now: float) -> Output:
         """The user took the turn at input sample ``onset``: cancel the reply if it is
         still running and truncate it at what had been played by then."""
-        r = self.heard
-        if r is None or r.item.truncated_ms is not None:
+        r = self.playing
+        if r is None:
             return []
-        if r.active and not r.announced:  # still thinking (it may call a function): nothing was heard
+        if r.phase is ReplyPhase.THINKING:  # (it may call a function): nothing was heard
             return self.cancel(r, "turn_detected")
-        if not r.active and not r.playout.paused and r.playout.finished(self._t(now)) and not r.ducked:
-            return []  # it had been heard in full before the user spoke
+        if r.phase is ReplyPhase.PLAYING_OUT and r.playout.finished(self._t(now)):
+            r.move(ReplyEvent.PLAYED)
+        if r.phase not in AUDIBLE:
+            return []  # heard in full before the user spoke, or over already
         out: Output = []
-        if r.active:
+        if r.running:
             out += self.cancel(r, "turn_detected")
         end_ms = min(self._played_ms(r, onset), r.item.audio_ms)
+        r.move(ReplyEvent.CUT)
         r.item.truncate(end_ms)
         self.ctx.conversation.recount(r.item)
         out.append(ItemTruncated(r.item.id, 0, end_ms))
@@ -423,6 +450,9 @@ class Replies:
         r = self.active
         if r is not None and r.item is item:
             out += self.cancel(r, "client_cancelled")  # the client stopped playing the live reply: it is over
+        p = self.playing
+        if p is not None and p.item is item and MOVES.allows(p.phase, ReplyEvent.CUT):
+            p.move(ReplyEvent.CUT)
         item.truncate(end_ms)
         self.ctx.conversation.recount(item)
         out.append(ItemTruncated(item.id, 0, end_ms))

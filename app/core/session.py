@@ -17,7 +17,6 @@ from typing import Any
 from duplex.app.core.actions import Action, Sync
 from duplex.app.core.context import chat_messages
 from duplex.app.core.conversation import Conversation, Item, parse_item
-from duplex.app.core.ears import DEAF, Ears
 from duplex.app.core.events import (
     BufferCleared,
     Error,
@@ -33,6 +32,7 @@ from duplex.app.core.events import (
 )
 from duplex.app.core.intake import Intake
 from duplex.app.core.limits import SessionLimits
+from duplex.app.core.listening import DEAF, Ears
 from duplex.app.core.pacing import SessionClock
 from duplex.app.core.protocol import ClientEvent, ProtocolError
 from duplex.app.core.replies import Replies, ReplyContext
@@ -81,7 +81,7 @@ class Session:
         self.replies = Replies(self.ctx, StateHandle(session_id, backend[0], backend[1]))
         self.intake = Intake(self.clock, self.limits, voice_activity, now, ears)
         self.intake.listen(self.ctx.settings)
-        self.turns = TurnTaking(self)
+        self.turn_taking = TurnTaking(self)
 
     @property
     def settings(self) -> SessionSettings:
@@ -139,7 +139,7 @@ class Session:
         self.ctx.settings = apply_update(before, body, check_voice=self.check_voice, audio_started=self.intake.received)
         ended: Output = []
         if (before.turn_detection, before.input_rate) != (self.settings.turn_detection, self.settings.input_rate):
-            ended = self.turns.on_signals(self.intake.listen(self.settings), now)
+            ended = self.turn_taking.on_signals(self.intake.listen(self.settings), now)
         return [SessionUpdated(self.id, self.settings), *refused, *ended]
 
     def _usable_tools(self, body: Data, event_id: str | None) -> tuple[Data, list[ServerEvent]]:
@@ -194,8 +194,8 @@ class Session:
     def hear(self, raw: bytes, now: float) -> Output:
         """Accepted audio, in order (in slices if the edge likes)."""
         replying = self.replies.being_heard(now) is not None
-        out = self.turns.on_signals(self.intake.hear(raw, self.settings.input_rate, now, replying=replying), now)
-        return out + self.turns.idle(now)
+        out = self.turn_taking.on_signals(self.intake.hear(raw, self.settings.input_rate, now, replying=replying), now)
+        return out + self.turn_taking.idle(now)
 
     def _on_input_audio_buffer_append(self, data: Data, now: float) -> Output:
         raw = self.audio_of(ClientEvent("input_audio_buffer.append", data))
@@ -212,7 +212,7 @@ class Session:
         return self.hear(pcm, now)
 
     def _on_input_audio_buffer_commit(self, data: Data, now: float) -> Output:
-        waiting = len(self.turns.transcribing)
+        waiting = len(self.turn_taking.transcribing)
         if waiting >= self.limits.max_pending_transcriptions:
             raise ProtocolError(
                 "transcription_backlog",
@@ -222,11 +222,11 @@ class Session:
         audio = self.intake.take()
         if audio.size == 0:
             raise ProtocolError("input_audio_buffer_commit_empty", "the input audio buffer is empty")
-        return self.turns.commit(audio, now=now)
+        return self.turn_taking.commit(audio, now=now)
 
     def _on_input_audio_buffer_clear(self, data: Data, now: float) -> Output:
-        ended = self.turns.on_signals(self.intake.clear(), now)
-        return [*ended, BufferCleared(), *self.turns.cleared()]
+        ended = self.turn_taking.on_signals(self.intake.clear(), now)
+        return [*ended, BufferCleared(), *self.turn_taking.cleared()]
 
     def on_transcript(
         self,
@@ -240,11 +240,11 @@ class Session:
         upto: int = 0,
     ) -> Output:
         """A :class:`Transcribe`'s answer (see :meth:`TurnTaking.on_transcript`)."""
-        return self.turns.on_transcript(item_id, text, now, recognition_ms, failure, kind=kind, upto=upto)
+        return self.turn_taking.on_transcript(item_id, text, now, recognition_ms, failure, kind=kind, upto=upto)
 
     def on_turn_probability(self, speech_end: int, probability: float, now: float) -> Output:
         """The end-of-turn model's answer to a :class:`PredictTurn`."""
-        return self.turns.on_turn_probability(speech_end, probability, now)
+        return self.turn_taking.on_turn_probability(speech_end, probability, now)
 
     def messages(self, items: list[Item] | None = None, instructions: str | None = None) -> tuple[Message, ...]:
         """The conversation as the thinker sees it: the instructions as the system

@@ -33,7 +33,7 @@ VoiceCheck = Callable[[str], None]
 class TurnDetection:
     """Turn detection, as the Realtime protocol names its knobs: ``server_vad`` ends a
     turn after ``silence_duration_ms``; ``semantic_vad`` when the speaker sounds done
-    (``eagerness``: see :mod:`duplex.app.core.semantic`). VAD knobs apply to both."""
+    (``eagerness``: see :mod:`duplex.app.core.listening.semantic`). VAD knobs apply to both."""
 
     type: str = "server_vad"
     eagerness: str = "auto"

@@ -1,7 +1,7 @@
 """Taking turns (sans-I/O): from what the listener hears to committed turns, their
 transcripts and the replies they start.
 
-The listener's :mod:`~duplex.app.core.signals` become server events (speech
+The listener's :mod:`~duplex.app.core.listening.signals` become server events (speech
 started and stopped, a reply ducked, resumed or interrupted), recognition work
 (partial transcripts while the user speaks, a candidate of the whole turn at each
 pause, the final one at commit) and end-of-turn questions; their answers come back
@@ -30,21 +30,21 @@ from duplex.app.core.events import (
 )
 from duplex.app.core.intake import Intake
 from duplex.app.core.limits import SessionLimits
-from duplex.app.core.replies import Replies
-from duplex.app.core.settings import SessionSettings, VoiceCheck, response_options
-from duplex.app.core.signals import (
+from duplex.app.core.listening import (
     AskTurn,
     Continued,
+    Duck,
     Interrupt,
     Partial,
-    Pause,
-    Paused,
     Resume,
     Signal,
+    SpeechPaused,
     Started,
     Stopped,
     Turn,
 )
+from duplex.app.core.replies import Replies
+from duplex.app.core.settings import SessionSettings, VoiceCheck, response_options
 from duplex.app.core.transcripts import Candidate, Transcripts
 from duplex.app.core.units import ms_to_samples
 from duplex.pipeline.thinker import Message
@@ -101,7 +101,7 @@ class TurnTaking:
                 self.transcripts.forget(item)
                 self.speech_item = self.s.new_id("item")
                 out.append(SpeechStarted(self.s.ms(sig.audio_start), self.speech_item))
-            elif isinstance(sig, Pause):
+            elif isinstance(sig, Duck):
                 out += self.s.replies.pause(sig.onset, self.s.input_samples, now)
             elif isinstance(sig, Resume):
                 out += self.s.replies.resume(now)
@@ -115,7 +115,7 @@ class TurnTaking:
                 continue
             elif isinstance(sig, Partial):
                 out.append(Transcribe(item, sig.audio, rate, "partial", sig.upto))
-            elif isinstance(sig, Paused):
+            elif isinstance(sig, SpeechPaused):
                 self.transcripts.paused(item, sig.start, sig.upto, sig.speech_end)
                 out.append(Transcribe(item, sig.audio, rate, "candidate", sig.upto))
             elif isinstance(sig, AskTurn):
@@ -200,7 +200,7 @@ class TurnTaking:
             delta = self.transcripts.partial(item_id, text)
             listener = self.s.intake.listener
             out: Output = [TranscriptionDelta(item_id, 0, delta)] if delta else []
-            return out + self.on_signals(listener.hearing(text, upto), now) if listener else out
+            return out + self.on_signals(listener.on_partial(text, upto), now) if listener else out
         if kind != "candidate":
             return self._transcribed(item_id, text, now, recognition_ms, failure)
         done = self.transcripts.arrived(item_id, upto, text, failure)
@@ -209,7 +209,7 @@ class TurnTaking:
         if not isinstance(done, Candidate):  # the turn ended at that pause and waited for this
             return self._transcribed(done.item_id, text, now, (now - done.committed_at) * 1000, failure)
         listener = self.s.intake.listener
-        out = self.on_signals(listener.heard(done.speech_end, text), now) if listener and not failure else []
+        out = self.on_signals(listener.on_candidate(done.speech_end, text), now) if listener and not failure else []
         if self.transcripts.candidate is done and text and not failure:
             out += self._prepare(text)  # the turn may well end here: start its reply, unheard
         return out
@@ -217,7 +217,7 @@ class TurnTaking:
     def on_turn_probability(self, speech_end: int, probability: float, now: float) -> Output:
         """The end-of-turn model's answer to a :class:`PredictTurn`."""
         listener = self.s.intake.listener
-        return self.on_signals(listener.answered(speech_end, probability), now) if listener else []
+        return self.on_signals(listener.on_turn_probability(speech_end, probability), now) if listener else []
 
     def _prepare(self, text: str) -> Output:
         td = self.s.settings.turn_detection

@@ -30,8 +30,8 @@ from duplex.app.core.actions import (
     Sync,
     Transcribe,
 )
-from duplex.app.core.ears import Ears
 from duplex.app.core.events import Error, ServerEvent
+from duplex.app.core.listening import Ears
 from duplex.app.core.protocol import ClientEvent, ProtocolError, decode_event
 from duplex.app.core.session import Output, Session
 from duplex.app.core.settings import SessionSettings, TurnDetection
@@ -104,7 +104,7 @@ class Connection:
         self._progress = asyncio.Event()  # input, acks and cancels wake a paced sink
         self._parked = asyncio.Event()  # set while the sink waits on playback
         self._hearing: set[asyncio.Task[None]] = set()  # recognitions and end-of-turn questions
-        self._waiting: WaitingJobs[Transcribe | PredictTurn] = WaitingJobs(self.session.turns.still_wanted)
+        self._waiting: WaitingJobs[Transcribe | PredictTurn] = WaitingJobs(self.session.turn_taking.still_wanted)
         self._tg: asyncio.TaskGroup | None = None
         self.replies = Replying(self)
 

@@ -2,7 +2,7 @@
 
 A :class:`TurnDetector` is asked, at each window of silence after speech, whether
 the turn has ended. ``server_vad`` ends it after a fixed silence window;
-``semantic_vad`` (:mod:`duplex.app.core.semantic`) weighs an end-of-turn model's
+``semantic_vad`` (:mod:`duplex.app.core.listening.semantic`) weighs an end-of-turn model's
 answer and the transcript of the speech so far. The detector is sans-I/O: it asks
 for the model's answer (:meth:`TurnDetector.ask`) and is told it, and the
 transcript, when they arrive.
@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from duplex.app.core.ears import Ears
-from duplex.app.core.semantic import SemanticTurns
+from duplex.app.core.listening.ears import Ears
+from duplex.app.core.listening.semantic import SemanticTurns
 from duplex.app.core.settings import TurnDetection
 from duplex.app.core.units import ms_to_samples
 
@@ -32,11 +32,11 @@ class TurnDetector(Protocol):
         now (at most once per pause), or None."""
         ...
 
-    def answered(self, speech_end: int, probability: float) -> None:
+    def on_probability(self, speech_end: int, probability: float) -> None:
         """The model's P(complete) for the speech that ended at ``speech_end``."""
         ...
 
-    def heard(self, speech_end: int, text: str) -> None:
+    def on_transcript(self, speech_end: int, text: str) -> None:
         """The transcript of the turn as it stood when the speech ended at ``speech_end``."""
         ...
 
@@ -60,10 +60,10 @@ class SilenceWindow:
     def ask(self, speech_end: int, now: int) -> int | None:
         return None
 
-    def answered(self, speech_end: int, probability: float) -> None:
+    def on_probability(self, speech_end: int, probability: float) -> None:
         pass
 
-    def heard(self, speech_end: int, text: str) -> None:
+    def on_transcript(self, speech_end: int, text: str) -> None:
         pass
 
     def resumed(self, speech_end: int, onset: int) -> None:

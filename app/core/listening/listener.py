@@ -1,31 +1,44 @@
 """Listening on the input sample clock (sans-I/O): speech, turns and barge-in.
 
 The :class:`Listener` feeds a session's input audio to voice activity, follows
-speech with hysteresis, asks the session's :class:`~duplex.app.core.turns.TurnDetector`
+speech with hysteresis, asks the session's :class:`~duplex.app.core.listening.detectors.TurnDetector`
 when silence ends a turn, hands speech over a reply to the
-:class:`~duplex.app.core.bargein.BargeIn` policy, and keeps what a turn needs
+:class:`~duplex.app.core.listening.bargein.BargeIn` policy, and keeps what a turn needs
 (the audio of each speech segment with its prefix padding). It reports what
-happened as :mod:`~duplex.app.core.signals`. Outside a reply, a segment shorter
-than ``min_speech_ms`` is noise, not a turn. Levels (:mod:`~duplex.app.core.levels`)
+happened as :mod:`~duplex.app.core.listening.signals`. Outside a reply, a segment shorter
+than ``min_speech_ms`` is noise, not a turn. Levels (:mod:`~duplex.app.core.listening.levels`)
 keep quieter sound around the user from starting speech over a reply.
 
 While the user speaks it asks for partial transcripts, and when speech pauses for
 a candidate transcript of the turn as it stands and (for ``semantic_vad``) the
-end-of-turn model's view; their answers come back through :meth:`Listener.heard`
-and :meth:`Listener.answered`.
+end-of-turn model's view; their answers come back through :meth:`Listener.on_candidate`
+and :meth:`Listener.on_turn_probability`.
 """
 
 from __future__ import annotations
 
+from enum import Enum
+
 import numpy as np
 
-from duplex.app.core.bargein import BargeIn, BargeState
-from duplex.app.core.ears import DEAF, Ears
-from duplex.app.core.levels import Levels
+from duplex.app.core.listening.bargein import BargeIn, BargeState
+from duplex.app.core.listening.detectors import turn_detector
+from duplex.app.core.listening.ears import DEAF, Ears
+from duplex.app.core.listening.levels import Levels
+from duplex.app.core.listening.signals import (
+    AskTurn,
+    Continued,
+    Partial,
+    Resume,
+    Signal,
+    SpeechPaused,
+    Started,
+    Stopped,
+    Turn,
+)
+from duplex.app.core.listening.stall import Stall
 from duplex.app.core.settings import TurnDetection
-from duplex.app.core.signals import AskTurn, Continued, Partial, Paused, Resume, Signal, Started, Stopped, Turn
-from duplex.app.core.stall import Stall
-from duplex.app.core.turns import turn_detector
+from duplex.app.core.states import Table
 from duplex.app.core.units import ms_to_samples
 from duplex.pipeline.voice_activity import VadStream, VoiceActivity
 
@@ -41,9 +54,46 @@ JUDGE_EVERY_MS = 200
 cancelled, so they are asked for sooner (an interruption silences the reply sooner)."""
 HYSTERESIS = 0.15
 """Once speech has started, windows down to ``threshold - HYSTERESIS`` still count as speech."""
-LATE_MS = 600
-"""Silence after speech over a reply that ends it if its words have not (a blip, or a
-recogniser too busy to say); then its length decides."""
+
+
+class Hearing(Enum):
+    """Where the listener is in the user's speech."""
+
+    QUIET = "quiet"
+    """No speech in progress."""
+    SPEECH = "speech"
+    """Speech, its latest window speech."""
+    PAUSE = "pause"
+    """Silence after speech, the turn undecided."""
+    PAUSE_SEEN = "pause_seen"
+    """...and this pause has been considered (its :class:`SpeechPaused`, if it was long
+    enough for one): speech that goes on now voids what was prepared for it."""
+
+
+class HearingEvent(Enum):
+    ONSET = "onset"
+    SPEECH = "speech"
+    SILENCE = "silence"
+    SEEN = "seen"
+    ENDED = "ended"
+
+
+_H, _HE = Hearing, HearingEvent
+MOVES: Table[Hearing, HearingEvent] = Table(
+    "listener",
+    {
+        (_H.QUIET, _HE.ONSET): _H.SPEECH,
+        (_H.SPEECH, _HE.SPEECH): _H.SPEECH,
+        (_H.PAUSE, _HE.SPEECH): _H.SPEECH,
+        (_H.PAUSE_SEEN, _HE.SPEECH): _H.SPEECH,
+        (_H.SPEECH, _HE.SILENCE): _H.PAUSE,
+        (_H.PAUSE, _HE.SILENCE): _H.PAUSE,
+        (_H.PAUSE_SEEN, _HE.SILENCE): _H.PAUSE_SEEN,
+        (_H.PAUSE, _HE.SEEN): _H.PAUSE_SEEN,
+        **{(state, _HE.ENDED): _H.QUIET for state in (_H.SPEECH, _H.PAUSE, _H.PAUSE_SEEN)},
+    },
+)
+"""The listener's moves: speech begins only in quiet, a pause is seen once."""
 
 
 class Listener:
@@ -64,7 +114,7 @@ class Listener:
         self.td = td
         self.ears = ears
         self.vad = VadStream(vad, rate, start=start, floor_dbfs=floor_dbfs)
-        self.turns = turn_detector(td, rate, ears)
+        self.detector = turn_detector(td, rate, ears)
         self.barge_in = BargeIn(td, rate, words=ears.transcripts)
         self.levels = Levels(rate)
         self.stall = Stall(rate)
@@ -73,46 +123,54 @@ class Listener:
         self._buffer_start = start  # input sample of self._chunks[0][0]
         self._keep = ms_to_samples(td.prefix_padding_ms + _LOOKBACK_MARGIN_MS, rate)
         self._max_segment = int(max_segment_s * rate)
-        self._onset: int | None = None
+        self.state = Hearing.QUIET
+        self._onset = start  # input sample where the speech in progress began
         self._speech_end = start  # input sample where the latest speech window ended
         self._segment_start = start
         self._partial_at = start  # input sample of the last partial (or of the onset)
-        self._paused_at: int | None = None  # speech_end of the pause already reported
-        self._silent = False  # the latest window was silence after speech
+
+    def _move(self, event: HearingEvent) -> Hearing:
+        was, self.state = self.state, MOVES.move(self.state, event)
+        return was
 
     @property
     def in_speech(self) -> bool:
-        return self._onset is not None
+        return self.state is not Hearing.QUIET
+
+    @property
+    def _silent(self) -> bool:
+        return self.state in (Hearing.PAUSE, Hearing.PAUSE_SEEN)
 
     def push(self, pcm: np.ndarray, *, replying: bool) -> list[Signal]:
         """Feed input PCM16; ``replying`` says whether a reply is being heard now."""
         self._chunks.append(pcm)
         out: list[Signal] = []
         for w in self.vad.push(pcm, lambda: self.in_speech):
-            if self._onset is None:
+            if not self.in_speech:
                 if w.probability >= self.td.threshold and self.levels.onset_allowed(w.level, w.end, replying=replying):
                     self._speech_end = w.end
                     out += self._start(w.start, replying)
                     self.levels.speech(w.level)
             elif w.probability >= self.td.threshold - HYSTERESIS and not self._background(w.end, w.level):
-                if self._silent and self._paused_at == self._speech_end:
+                was = self._move(HearingEvent.SPEECH)
+                if was is Hearing.PAUSE_SEEN:
                     out.append(Continued())  # what was prepared for that pause is void
-                if self._silent:
-                    self.turns.resumed(self._speech_end, w.start)
-                self._speech_end, self._silent = w.end, False
+                if was is not Hearing.SPEECH:
+                    self.detector.resumed(self._speech_end, w.start)
+                self._speech_end = w.end
                 self.stall.resumed()
                 if w.probability >= self.td.threshold:
                     self.levels.speech(w.level)
                     self.stall.window(w.end, w.level)
             else:
-                self._silent = True
+                self._move(HearingEvent.SILENCE)
                 out += self._silence(w.end)
-        if self._onset is not None:
+        if self.in_speech:
             out += self.barge_in.speaking(self._onset, self._speech_end, loud=self.levels.loud)
             if self.barge_in.state is BargeState.IGNORED:  # noise: end it, so the user's speech starts afresh
                 out += self._stop(self.vad.samples, self._speech_end)
-        if self._onset is not None:
-            judging = self.barge_in.state is BargeState.PAUSED
+        if self.in_speech:
+            judging = self.barge_in.judging
             every = ms_to_samples(JUDGE_EVERY_MS if judging else PARTIAL_EVERY_MS, self.rate)
             if self.ears.partials and not self._silent and self.vad.samples - self._partial_at >= every:
                 self._partial_at = self.vad.samples
@@ -122,7 +180,7 @@ class Listener:
 
     def _background(self, now: int, level_db: float) -> bool:
         """Whether a speech-like window is the sound behind the user: their words have
-        stopped (see :mod:`~duplex.app.core.stall`) and it is quieter than they were."""
+        stopped (see :mod:`~duplex.app.core.listening.stall`) and it is quieter than they were."""
         if not self._stall_on:
             return False
         if self.stall.at is None and not self._silent and (stopped := self.stall.stalled(now)) is not None:
@@ -131,65 +189,57 @@ class Listener:
 
     def _silence(self, now: int) -> list[Signal]:
         """A window of silence after speech, ending at input sample ``now``."""
-        assert self._onset is not None
         tail = ms_to_samples(TAIL_MS, self.rate)
-        if self.barge_in.state is BargeState.PAUSED and now >= self._speech_end + tail:
-            # Speech over a reply has paused: resume the reply as soon as it is known to be no
-            # turn (by its words), or once it has been quiet a while (LATE_MS: a blip, a click,
-            # a recogniser too busy to say). Not sooner: an echo gate chops the start of a
-            # real barge-in into blips, and they must stay one segment.
-            short = self._speech_end - self._onset < self.barge_in.min_speech
-            late = now >= self._speech_end + ms_to_samples(LATE_MS, self.rate)
-            if self.barge_in.judged or (short and late):
-                return self._stop(now, self._speech_end)
-        if (audio_end := self.turns.ended(self._speech_end, now)) is not None:
+        if self.barge_in.settled(self._onset, self._speech_end, now):
+            return self._stop(now, self._speech_end)  # speech over a reply that was no turn
+        if (audio_end := self.detector.ended(self._speech_end, now)) is not None:
             return self._stop(audio_end, self._speech_end)
         out: list[Signal] = []
-        if now >= self._speech_end + tail and self._paused_at != self._speech_end:
+        if now >= self._speech_end + tail and self.state is Hearing.PAUSE:
             out += self._paused(self._speech_end + tail)
-        if (upto := self.turns.ask(self._speech_end, now)) is not None:
+        if (upto := self.detector.ask(self._speech_end, now)) is not None:
             out.append(AskTurn(self._slice(self._segment_start, upto), upto, self._speech_end))
         return out
 
     def decide(self) -> list[Signal]:
         """Ask the turn detector again, between windows (an answer it waited for came)."""
-        if self._onset is None or not self._silent:
+        if not self._silent:
             return []
         return self._silence(self.vad.samples)
 
-    def answered(self, speech_end: int, probability: float) -> list[Signal]:
+    def on_turn_probability(self, speech_end: int, probability: float) -> list[Signal]:
         """The end-of-turn model's answer to an :class:`AskTurn`."""
-        self.turns.answered(speech_end, probability)
+        self.detector.on_probability(speech_end, probability)
         return self.decide() if speech_end == self._speech_end else []
 
-    def heard(self, speech_end: int, text: str) -> list[Signal]:
-        """The transcript of the turn as it stood at a :class:`Paused` (its ``speech_end``)."""
-        self.turns.heard(speech_end, text)
-        if speech_end != self._speech_end or self._onset is None:
+    def on_candidate(self, speech_end: int, text: str) -> list[Signal]:
+        """The transcript of the turn as it stood at a :class:`SpeechPaused` (its ``speech_end``)."""
+        self.detector.on_transcript(speech_end, text)
+        if speech_end != self._speech_end or not self.in_speech:
             return []
-        return self.barge_in.heard(text, loud=self.levels.loud) + self.decide()
+        return self.barge_in.on_words(text, loud=self.levels.loud) + self.decide()
 
-    def hearing(self, text: str, upto: int) -> list[Signal]:
+    def on_partial(self, text: str, upto: int) -> list[Signal]:
         """A partial transcript of the speech in progress (to input sample ``upto``)."""
-        if self._onset is None:
+        if not self.in_speech:
             return []
         self.stall.heard(text, upto)
         heard_ms = (upto - self._onset) * 1000 // self.rate
-        return self.barge_in.heard(text, loud=self.levels.loud, heard_ms=heard_ms)
+        return self.barge_in.on_words(text, loud=self.levels.loud, heard_ms=heard_ms)
 
     def _paused(self, upto: int) -> list[Signal]:
         """Speech paused: the turn's audio as it would be committed, if long enough to be one."""
-        assert self._onset is not None
-        self._paused_at = self._speech_end
+        self._move(HearingEvent.SEEN)
         if not self.ears.transcripts or self._speech_end - self._onset < ms_to_samples(
             self.td.min_speech_ms, self.rate
         ):
             return []
         start = self._segment_start
-        return [Paused(self._slice(start, upto), start, upto, self._speech_end)]
+        return [SpeechPaused(self._slice(start, upto), start, upto, self._speech_end)]
 
     def _start(self, onset: int, replying: bool) -> list[Signal]:
-        self._onset, self._silent = onset, False
+        self._move(HearingEvent.ONSET)
+        self._onset = onset
         self._partial_at = onset
         self._segment_start = max(self._buffer_start, onset - ms_to_samples(self.td.prefix_padding_ms, self.rate), 0)
         self.levels.start()
@@ -197,20 +247,17 @@ class Listener:
         return [Started(onset, self._segment_start), *self.barge_in.started(onset, replying)]
 
     def _stop(self, audio_end: int, speech_end: int) -> list[Signal]:
-        assert self._onset is not None
-        onset, self._onset, self._silent = self._onset, None, False
+        self._move(HearingEvent.ENDED)
+        onset = self._onset
         if self.stall.at is not None:  # it ended under sound that went on: that sound is the background
             self.levels.noise(audio_end, self.stall.since_db)
-        was = self.barge_in.state
-        barge = self.barge_in.stopped(onset, speech_end, loud=self.levels.loud)
-        out: list[Signal] = [Stopped(audio_end, speech_end), *barge]
-        if was is BargeState.IGNORED:
-            self.levels.noise(audio_end)
-            return out  # noise over the reply: it played on
-        if any(isinstance(s, Resume) for s in barge):
-            return out  # a cough or a backchannel: the reply goes on, and this is not a turn
-        if was is BargeState.NONE and speech_end - onset < ms_to_samples(self.td.min_speech_ms, self.rate):
-            return out  # a click: not a turn
+        ending = self.barge_in.stopped(onset, speech_end, loud=self.levels.loud)
+        out: list[Signal] = [Stopped(audio_end, speech_end), *ending.signals]
+        if ending.noise:
+            self.levels.noise(audio_end)  # noise over the reply: it played on
+        short = speech_end - onset < ms_to_samples(self.td.min_speech_ms, self.rate)
+        if ending.turn is False or (ending.turn is None and short):
+            return out  # noise, a cough or a backchannel over the reply, or a click: not a turn
         # The recogniser gets the speech and a short tail, not the whole silence window:
         # the rest is silence it would spend ~13% more CPU on (0.4 s of a 3 s turn).
         heard_end = min(audio_end, speech_end + ms_to_samples(TAIL_MS, self.rate))
@@ -229,7 +276,7 @@ class Listener:
 
     def _trim(self) -> None:
         """Keep only what a future segment can need."""
-        if self._onset is not None:
+        if self.in_speech:
             keep_from = self._segment_start
             if self.vad.samples - keep_from > self._max_segment:  # a monologue: keep the latest part
                 keep_from = self.vad.samples - self._max_segment
@@ -246,7 +293,7 @@ class Listener:
 
     def take_segment(self) -> np.ndarray:
         """The current or pending segment's audio, for a manual commit."""
-        start = self._segment_start if self._onset is not None else self._buffer_start
+        start = self._segment_start if self.in_speech else self._buffer_start
         audio = self._slice(start, self.vad.samples)
         self.clear()
         return audio
@@ -263,25 +310,25 @@ class Listener:
     def abandon(self) -> list[Signal]:
         """End the speech in progress here without a turn: its ``Stopped``, and a reply
         ducked for it resumes."""
-        if self._onset is None:
+        if not self.in_speech:
             return []
-        self._onset, self._silent = None, False
+        self._move(HearingEvent.ENDED)
         resume = [Resume()] if self.barge_in.abandon() else []
         return [Stopped(self.vad.samples, self._speech_end), *resume]
 
     def pausing_after(self, speech_end: int) -> bool:
         """Whether the speech that ended at ``speech_end`` is still paused (not gone on, not ended)."""
-        return self._onset is not None and self._silent and self._speech_end == speech_end
+        return self._silent and self._speech_end == speech_end
 
     def pending(self) -> np.ndarray:
         """The speech in progress so far (nothing between speeches)."""
-        return self._slice(self._segment_start, self.vad.samples) if self._onset is not None else self._slice(0, 0)
+        return self._slice(self._segment_start, self.vad.samples) if self.in_speech else self._slice(0, 0)
 
     def retune(self, td: TurnDetection) -> None:
         """New turn detection settings, applied to the speech in progress too (the same
         input rate): its audio and onset stay, the new detector decides its end."""
         self.td = td
-        self.turns = turn_detector(td, self.rate, self.ears)
+        self.detector = turn_detector(td, self.rate, self.ears)
         self.barge_in.retune(td, self.rate)
         self._stall_on = td.type == "semantic_vad" and self.ears.partials
         self._keep = ms_to_samples(td.prefix_padding_ms + _LOOKBACK_MARGIN_MS, self.rate)

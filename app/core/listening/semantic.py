@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from duplex.app.core.ears import Ears
+from duplex.app.core.listening.ears import Ears
 from duplex.app.core.units import ms_to_samples
 
 OWN_PAUSE_MARGIN_MS = 100
@@ -195,11 +195,11 @@ class SemanticTurns:
         self._asks = (speech_end, made + 1)
         return upto
 
-    def answered(self, speech_end: int, probability: float) -> None:
+    def on_probability(self, speech_end: int, probability: float) -> None:
         self._about(speech_end)
         self._answers.append(probability)
 
-    def heard(self, speech_end: int, text: str) -> None:
+    def on_transcript(self, speech_end: int, text: str) -> None:
         self._about(speech_end)
         self._text = text
 

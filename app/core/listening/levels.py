@@ -7,8 +7,8 @@ session learns the user's speech level from their turns, and
 
 * speech over a reply must start within :data:`ONSET_MARGIN_DB` of that level to
   duck it, and be within :data:`LOUD_MARGIN_DB` of it to interrupt it;
-* a sound judged to be noise (see :mod:`duplex.app.core.bargein`), or heard going
-  on after the user's words (:mod:`duplex.app.core.stall`), raises the bar for the
+* a sound judged to be noise (see :mod:`duplex.app.core.listening.bargein`), or heard going
+  on after the user's words (:mod:`duplex.app.core.listening.stall`), raises the bar for the
   next onsets to :data:`NOISE_MARGIN_DB` above its level, for a while (the bar falls
   back by :data:`NOISE_DECAY_DB_S`).
 

@@ -22,10 +22,12 @@ recogniser, level and length decide alone.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from enum import Enum
 
+from duplex.app.core.listening.signals import Duck, Interrupt, Resume, Signal
 from duplex.app.core.settings import TurnDetection
-from duplex.app.core.signals import Interrupt, Pause, Resume, Signal
+from duplex.app.core.states import Table
 from duplex.app.core.units import ms_to_samples
 
 NOISE_MS = 1500
@@ -38,6 +40,11 @@ FRAGMENT_MS = 400
 """A transcript of less speech than this is of a fragment (a word cut short is often
 heard as another word: "Right" as "Ride"): one word of it that is not a backchannel
 is not enough to cancel the reply; two are."""
+SETTLE_MS = 100
+"""Silence after speech over a reply before its pause counts (Silero ends ~70 ms late)."""
+LATE_MS = 600
+"""Silence after short speech over a reply that ends it if its words have not (a blip, or
+a recogniser too busy to say); then its length decides."""
 
 BACKCHANNELS = frozenset({
     "mhm", "mm", "mmm", "hmm", "hm", "mhmm", "uh", "huh", "um", "ah", "oh", "okay", "ok", "yeah", "yes", "yep",
@@ -62,14 +69,58 @@ def says_something(text: str) -> bool:
 class BargeState(Enum):
     """Where the current speech stands with respect to the reply being heard."""
 
-    NONE = "none"
-    """No reply was being heard when the speech began (or barge-in is off)."""
-    PAUSED = "paused"
-    """The reply is ducked (or paused) while the speech is judged."""
+    IDLE = "idle"
+    """No speech over a reply (none is being heard, barge-in is off, or no speech)."""
+    JUDGING = "judging"
+    """The reply is ducked (or paused) while the speech over it is judged."""
     INTERRUPTED = "interrupted"
     """The reply was interrupted: the speech is the user's turn."""
     IGNORED = "ignored"
     """The speech was judged noise: the reply plays on and this is not a turn."""
+
+
+class BargeEvent(Enum):
+    """What happens to speech, as barge-in sees it."""
+
+    OVER_REPLY = "over_reply"
+    """Speech began while a reply is being heard (and barge-in is on)."""
+    ALONE = "alone"
+    """Speech began with no reply to duck."""
+    WORDS = "words"
+    """Its words say something, at the user's level."""
+    LONG = "long"
+    """It lasted ``barge_in_min_ms`` at the user's level and is no backchannel."""
+    NOISE = "noise"
+    """It lasted :data:`NOISE_MS` well below the user's level."""
+    ENDED = "ended"
+    """The speech ended (a turn or not), was cleared, or listening stopped."""
+
+
+_S, _E = BargeState, BargeEvent
+MOVES: Table[BargeState, BargeEvent] = Table(
+    "barge-in",
+    {
+        (_S.IDLE, _E.OVER_REPLY): _S.JUDGING,
+        (_S.IDLE, _E.ALONE): _S.IDLE,
+        (_S.JUDGING, _E.WORDS): _S.INTERRUPTED,
+        (_S.JUDGING, _E.LONG): _S.INTERRUPTED,
+        (_S.JUDGING, _E.NOISE): _S.IGNORED,
+        **{(state, _E.ENDED): _S.IDLE for state in BargeState},
+    },
+)
+"""Barge-in's moves: a new speech starts from IDLE only (the one before it has ended);
+only speech being judged can be judged."""
+
+
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """How speech over (or not over) a reply ended, as barge-in judges it."""
+
+    signals: list[Signal]
+    turn: bool | None
+    """Whether it is a turn; None: no reply was ducked for it (its length decides)."""
+    noise: bool = False
+    """It was judged noise over the reply: its level is the background's."""
 
 
 class BargeIn:
@@ -77,60 +128,71 @@ class BargeIn:
 
     def __init__(self, td: TurnDetection, rate: int, *, words: bool = False) -> None:
         self.retune(td, rate)
+        self.rate = rate
         self.noise = ms_to_samples(NOISE_MS, rate)
         self.unheard = ms_to_samples(UNHEARD_MS, rate)
+        self.settle = ms_to_samples(SETTLE_MS, rate)
+        self.late = ms_to_samples(LATE_MS, rate)
         self.words = words
-        """Transcripts of the speech will come (:meth:`heard`): they decide, not duration."""
-        self.state = BargeState.NONE
+        """Transcripts of the speech will come (:meth:`on_words`): they decide, not duration."""
+        self.state = BargeState.IDLE
         self._onset = 0
         self._heard = False  # a transcript of this speech came
         self._content = False  # ...and it says something, at the user's level
         self._backchannel = False  # ...or it holds backchannel words only
+
+    def _move(self, event: BargeEvent) -> BargeState:
+        was, self.state = self.state, MOVES.move(self.state, event)
+        return was
 
     def retune(self, td: TurnDetection, rate: int) -> None:
         """New settings (from the next decision on)."""
         self.enabled = td.interrupt_response
         self.min_speech = ms_to_samples(td.barge_in_min_ms, rate)
 
+    @property
+    def judging(self) -> bool:
+        """Whether a reply is ducked while the speech over it is judged."""
+        return self.state is BargeState.JUDGING
+
     def abandon(self) -> bool:
         """The speech ended as no turn and no judgement (cleared, or listening stopped):
         whether a reply was ducked for it (it resumes)."""
-        state, self.state = self.state, BargeState.NONE
-        return state is BargeState.PAUSED
+        return self._move(BargeEvent.ENDED) is BargeState.JUDGING
 
     def started(self, onset: int, replying: bool) -> list[Signal]:
         """Speech began at input sample ``onset``; ``replying``: a reply is being heard."""
-        self.state = BargeState.PAUSED if replying and self.enabled else BargeState.NONE
+        self._move(BargeEvent.OVER_REPLY if replying and self.enabled else BargeEvent.ALONE)
         self._onset, self._heard, self._content, self._backchannel = onset, False, False, False
-        return [Pause(onset)] if self.state is BargeState.PAUSED else []
+        return [Duck(onset)] if self.judging else []
 
-    def heard(self, text: str, *, loud: bool, heard_ms: int | None = None) -> list[Signal]:
+    def on_words(self, text: str, *, loud: bool, heard_ms: int | None = None) -> list[Signal]:
         """A transcript of the speech so far (``heard_ms`` of it, if known); ``loud``: it is at
         the user's own level (speech well below it is someone else, or a loudspeaker)."""
-        if self.state is not BargeState.PAUSED:
-            return []
+        if not self.judging:
+            return []  # (words come when they come: only speech being judged takes them)
         fragment = heard_ms is not None and heard_ms < FRAGMENT_MS
         if fragment and says_something(text) and len(_content_words(text)) < 2:
             return []  # judged on more of it (the next transcript)
         self._heard, self._content = True, loud and says_something(text)
         self._backchannel = not self._content and bool(_WORD.findall(text.lower()))
         if self._content:
-            self.state = BargeState.INTERRUPTED
+            self._move(BargeEvent.WORDS)
             return [Interrupt(self._onset)]
         return []
 
     def speaking(self, onset: int, speech_end: int, *, loud: bool = True) -> list[Signal]:
         """Speech goes on (to ``speech_end`` so far; the silence after it is not speech);
         ``loud``: at the user's own level."""
-        if self.state is not BargeState.PAUSED:
+        if not self.judging:
             return []
         spoken = speech_end - onset
         unheard = self._heard and not self._content and not self._backchannel
         if loud and not self._backchannel and spoken >= self.min_speech + (self.unheard if unheard else 0):
-            self.state = BargeState.INTERRUPTED  # the user's voice, long, and not a backchannel
+            self._move(BargeEvent.LONG)  # the user's voice, long, and not a backchannel
             return [Interrupt(onset)]
         if not loud and spoken >= self.noise:
-            self.state = BargeState.IGNORED  # someone else, a loudspeaker: let the reply play on
+            self._move(BargeEvent.NOISE)  # someone else, a loudspeaker: let the reply play on
             return [Resume()]
         return []
 
@@ -139,17 +201,32 @@ class BargeIn:
         """Whether the speech over the reply is known to be a backchannel (it resumes once
         the speech pauses). Heard as nothing is not enough: the start of a real barge-in,
         chopped by an echo gate, often is."""
-        return self.state is BargeState.PAUSED and self._backchannel
+        return self.judging and self._backchannel
 
-    def stopped(self, onset: int, speech_end: int, *, loud: bool = True) -> list[Signal]:
-        """The speech ended: a paused reply resumes unless the speech was a turn (by its
+    def settled(self, onset: int, speech_end: int, now: int) -> bool:
+        """Whether speech over the reply that has paused (silent from ``speech_end`` to
+        ``now``) should end here, so the reply resumes: as soon as it is known to be no
+        turn (by its words), or once short speech has been quiet :data:`LATE_MS` (a blip,
+        a click, a recogniser too busy to say). Not sooner: an echo gate chops the start of
+        a real barge-in into blips, and they must stay one segment."""
+        if not self.judging or now < speech_end + self.settle:
+            return False
+        short = speech_end - onset < self.min_speech
+        return self.judged or (short and now >= speech_end + self.late)
+
+    def stopped(self, onset: int, speech_end: int, *, loud: bool = True) -> Ending:
+        """The speech ended: a ducked reply resumes unless the speech was a turn (by its
         words if they say so, else by its level and length)."""
-        state, self.state = self.state, BargeState.NONE
-        if state is not BargeState.PAUSED:
-            return []
+        was = self._move(BargeEvent.ENDED)
+        if was is BargeState.IGNORED:
+            return Ending([], turn=False, noise=True)
+        if was is BargeState.INTERRUPTED:
+            return Ending([], turn=True)
+        if was is BargeState.IDLE:
+            return Ending([], turn=None)
         if self._content:
-            return [Interrupt(onset)]
+            return Ending([Interrupt(onset)], turn=True)
         unheard = self._heard and not self._backchannel
         if self._backchannel or not loud or speech_end - onset < self.min_speech + (self.unheard if unheard else 0):
-            return [Resume()]
-        return [Interrupt(onset)]
+            return Ending([Resume()], turn=False)
+        return Ending([Interrupt(onset)], turn=True)

@@ -2,14 +2,14 @@
 
 * :class:`Started` / :class:`Stopped`: speech boundaries (``speech_started`` /
   ``speech_stopped`` on the wire).
-* :class:`Pause`: speech began while a reply is being heard: stop its output now
+* :class:`Duck`: speech began while a reply is being heard: stop its output now
   (the talker is held by backpressure, not killed).
 * :class:`Interrupt`: the speech lasted ``barge_in_min_ms`` (or became a turn):
   cancel the reply and truncate it at what was heard when the speech began.
 * :class:`Resume`: the speech ended before that (a cough, a click, an "uh-huh"):
   the same reply carries on where it paused, and the segment is not a turn.
 * :class:`Turn`: a segment of user speech to commit, transcribe and answer.
-* :class:`Partial` / :class:`Paused`: the speech so far, to transcribe while the user
+* :class:`Partial` / :class:`SpeechPaused`: the speech so far, to transcribe while the user
   speaks, and the whole turn as it stands when speech pauses (transcribed before
   the turn is decided, so the transcript is ready when it is); :class:`Continued`:
   speech went on after such a pause (what was prepared for it is void).
@@ -39,7 +39,7 @@ class Stopped:
 
 
 @dataclass(frozen=True, slots=True)
-class Pause:
+class Duck:
     onset: int
 
 
@@ -62,7 +62,7 @@ class Partial:
 
 
 @dataclass(frozen=True, slots=True)
-class Paused:
+class SpeechPaused:
     """Speech has paused long enough for the turn's audio to be complete if it ends
     here: the audio a :class:`Turn` would carry (``start`` to ``upto``), so it can be
     transcribed before the turn is decided."""
@@ -75,7 +75,7 @@ class Paused:
 
 @dataclass(frozen=True, slots=True)
 class Continued:
-    """Speech resumed after a :class:`Paused`: that pause was not the end of the turn."""
+    """Speech resumed after a :class:`SpeechPaused`: that pause was not the end of the turn."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +96,7 @@ class Turn:
     audio_start: int
     audio_end: int
     heard_end: int
-    """Where ``audio`` ends (a :class:`Paused` with the same span has the same audio)."""
+    """Where ``audio`` ends (a :class:`SpeechPaused` with the same span has the same audio)."""
 
 
-Signal = Started | Stopped | Pause | Resume | Interrupt | Turn | Partial | Paused | Continued | AskTurn
+Signal = Started | Stopped | Duck | Resume | Interrupt | Turn | Partial | SpeechPaused | Continued | AskTurn

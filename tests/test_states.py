@@ -1,0 +1,144 @@
+"""The core's state machines as tables (h11's ``test_state.py`` is the model): every
+move each table allows, the pairs it refuses, and the phases a reply really goes
+through when driven."""
+
+from __future__ import annotations
+
+from collections import deque
+from enum import Enum
+from typing import Any
+
+import pytest
+
+from duplex.app.core.listening.bargein import MOVES as BARGE_MOVES
+from duplex.app.core.listening.bargein import BargeEvent, BargeState
+from duplex.app.core.listening.listener import MOVES as HEARING_MOVES
+from duplex.app.core.listening.listener import Hearing, HearingEvent
+from duplex.app.core.reply_state import AUDIBLE, MOVES, RUNNING, ReplyEvent, ReplyPhase
+from duplex.app.core.settings import TurnDetection
+from duplex.app.core.states import ImpossibleMove, Table
+from tests.test_replies import begin, chunk, replies
+
+P, E = ReplyPhase, ReplyEvent
+TABLES: list[tuple[Table[Any, Any], type[Enum], type[Enum], Enum]] = [
+    (MOVES, ReplyPhase, ReplyEvent, ReplyPhase.THINKING),
+    (BARGE_MOVES, BargeState, BargeEvent, BargeState.IDLE),
+    (HEARING_MOVES, Hearing, HearingEvent, Hearing.QUIET),
+]
+
+
+def reachable(table: Table[Any, Any], start: Enum) -> set[Enum]:
+    seen, todo = {start}, deque([start])
+    while todo:
+        state = todo.popleft()
+        for (s, _), nxt in table.moves.items():
+            if s is state and nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+@pytest.mark.parametrize(("table", "states", "events", "start"), TABLES, ids=lambda x: getattr(x, "name", ""))
+def test_every_state_is_reachable_and_every_pair_is_allowed_or_refused(table, states, events, start):
+    assert reachable(table, start) == set(states), "no state the machine can never be in"
+    for state in states:
+        for event in events:
+            if table.allows(state, event):
+                assert table.move(state, event) in states
+            else:
+                with pytest.raises(ImpossibleMove, match=event.name):
+                    table.move(state, event)
+
+
+@pytest.mark.parametrize(
+    ("phase", "event"),
+    [
+        (P.THINKING, E.CUT),  # nothing of it was heard: it is cancelled, not cut
+        (P.SPEAKING, E.CUT),  # a running reply ends (cancelled) before it is cut
+        (P.SPEAKING_DUCKED, E.DUCK),
+        (P.SPEAKING, E.RESUME),
+        (P.THINKING, E.DUCK),  # a reply still deciding whether to speak has nothing to duck
+        (P.PLAYING_OUT, E.END),  # ended once
+        (P.PLAYING_OUT_DUCKED, E.PLAYED),  # a ducked reply is judged before it counts as heard
+        (P.HEARD, E.DUCK),
+        (P.CUT, E.CUT),
+        (P.CUT, E.RESUME),
+        (P.DONE, E.ANNOUNCE),
+    ],
+)
+def test_impossible_reply_moves_are_refused(phase, event):
+    with pytest.raises(ImpossibleMove):
+        MOVES.move(phase, event)
+
+
+def test_a_reply_ends_from_every_running_phase_and_nothing_leaves_an_end():
+    for phase in RUNNING:
+        assert MOVES.allows(phase, E.END_SILENT), phase
+        if phase is not P.THINKING:
+            assert MOVES.allows(phase, E.END), phase
+    for end in (P.CUT, P.DONE):
+        assert not [e for (s, e) in MOVES.moves if s is end], f"{end.name} is final"
+    for phase in AUDIBLE - RUNNING:
+        assert MOVES.allows(phase, E.CUT), f"a reply playing out can be cut from {phase.name}"
+
+
+def test_barge_in_starts_only_from_idle_and_judges_only_what_it_is_judging():
+    for state in BargeState:
+        assert BARGE_MOVES.allows(state, BargeEvent.ENDED)
+        judged = BARGE_MOVES.allows(state, BargeEvent.WORDS)
+        assert judged is (state is BargeState.JUDGING)
+        started = BARGE_MOVES.allows(state, BargeEvent.OVER_REPLY)
+        assert started is (state is BargeState.IDLE), "a new speech only once the last has ended"
+
+
+def test_the_listener_sees_each_pause_once_and_speech_begins_only_in_quiet():
+    assert HEARING_MOVES.move(Hearing.PAUSE, HearingEvent.SEEN) is Hearing.PAUSE_SEEN
+    assert not HEARING_MOVES.allows(Hearing.PAUSE_SEEN, HearingEvent.SEEN)
+    assert not HEARING_MOVES.allows(Hearing.SPEECH, HearingEvent.SEEN), "a pause is seen in a pause"
+    assert [s for s in Hearing if HEARING_MOVES.allows(s, HearingEvent.ONSET)] == [Hearing.QUIET]
+
+
+# -- a reply driven through its phases ----------------------------------------------------
+
+
+def test_a_reply_goes_through_its_phases_as_it_is_spoken_ducked_resumed_and_heard():
+    r = replies(turn_detection=TurnDetection(duck_db=-24.0))
+    start = begin(r)
+    reply = r.active
+    assert reply is not None and reply.phase is P.SPEAKING, "announced at once (no tools in play)"
+    r.on_output(chunk(start, 0, 0), 0.0)  # 100 ms of audio
+    r.pause(0, 100, 0.01)
+    assert reply.phase is P.SPEAKING_DUCKED and reply.ducked
+    r.resume(0.02)
+    assert reply.phase is P.SPEAKING
+    r.on_finished(start.response_id)
+    assert reply.phase is P.PLAYING_OUT and r.active is None and not reply.running
+    assert r.being_heard(0.05) is reply, "the client is still playing it"
+    assert r.being_heard(5.0) is None and reply.phase is P.HEARD
+    assert r.interrupt(int(5.0 * 24000), 5.0) == [] and reply.phase is P.HEARD, "heard in full: not cut"
+
+
+def test_a_reply_interrupted_while_ducked_is_cancelled_then_cut():
+    r = replies(turn_detection=TurnDetection(duck_db=-24.0))
+    start = begin(r)
+    reply = r.active
+    assert reply is not None
+    r.on_output(chunk(start, 0, 0), 0.0)
+    r.pause(0, 100, 0.01)
+    r.interrupt(0, 0.02)
+    assert reply.phase is P.CUT and r.active is None
+    assert r.resume(0.03) == [] and r.pause(0, 100, 0.04) == [], "a cut reply is over"
+
+
+def test_a_reply_paused_with_ducking_off_and_ended_meanwhile_resumes_into_its_play_out():
+    r = replies(turn_detection=TurnDetection(duck_db=None))
+    start = begin(r)
+    reply = r.active
+    assert reply is not None
+    r.on_output(chunk(start, 0, 0), 0.0)
+    r.pause(0, 100, 0.01)
+    assert reply.phase is P.SPEAKING_PAUSED and reply.playout.paused
+    r.on_finished(start.response_id)
+    assert reply.phase is P.PLAYING_OUT_PAUSED
+    r.resume(0.02)
+    assert reply.phase is P.PLAYING_OUT and not reply.playout.paused
