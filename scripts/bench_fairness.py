@@ -41,7 +41,8 @@ from duplex.app.clients.realtime import RealtimeClient
 from duplex.app.clients.sounds import mix, noise, silence, speech, trim
 from duplex.app.harness.procs import rss_kib
 from duplex.app.harness.servers import ServerProcess
-from duplex.app.harness.stats import median, pct
+from duplex.app.harness.stats import median
+from duplex.app.harness.tables import spread
 from duplex.app.harness.voices import load_corpus, resample
 from duplex.pipeline.talkers.espeak import EspeakTalker
 
@@ -339,9 +340,9 @@ async def main() -> None:
         rtt, pause = live.rtt or [float("nan")], live.pause or [float("nan")]
         turn = live.turn or [float("nan")]
         print(
-            f"| {name} | {median(rtt) * 1000:.1f} / {pct(rtt, 0.99) * 1000:.1f} ms | {median(rtt) / b_rtt:.2f} "
-            f"| {median(pause) * 1000:.0f} / {pct(pause, 0.99) * 1000:.0f} ms | {median(pause) / b_pause:.2f} "
-            f"| {median(turn):.2f} / {max(turn):.2f} s | {median(turn) / b_turn:.2f} | {rss // 1024} MiB |"
+            f"| {name} | {spread(rtt, scale=1000, digits=1, q=0.99, unit='ms')} | {median(rtt) / b_rtt:.2f} "
+            f"| {spread(pause, scale=1000, q=0.99, unit='ms')} | {median(pause) / b_pause:.2f} "
+            f"| {spread(turn, digits=2, q=1.0, unit='s')} | {median(turn) / b_turn:.2f} | {rss // 1024} MiB |"
         )
 
 

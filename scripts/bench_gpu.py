@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from duplex.app.harness.stats import median
+from duplex.app.harness.tables import header, row
 
 
 def bench_snac(device: str, weights: str | None, runs: int) -> list[str]:
@@ -46,11 +48,10 @@ def bench_snac(device: str, weights: str | None, runs: int) -> list[str]:
                     torch.cuda.synchronize()
                 times.append(time.perf_counter() - t)
             audio = window * vocoder.frame_samples / vocoder.sample_rate
-            med = statistics.median(times)
-            rows.append(
-                f"| SNAC decode, {window}-frame window, {str(dtype).split('.')[-1]} | {med * 1000:.1f} ms "
-                f"| {max(times) * 1000:.1f} ms | {med / audio:.4f} | {audio / med:.0f}x |"
-            )
+            med = median(times)
+            name = f"SNAC decode, {window}-frame window, {str(dtype).split('.')[-1]}"
+            note = (f"{med / audio:.4f}", f"{audio / med:.0f}x")
+            rows.append(row(name, times, "ms", scale=1000, digits=1, q=1.0, note=note))
     return rows
 
 
@@ -70,7 +71,7 @@ async def bench_talker(model: str, layout_spec: str, runs: int) -> list[str]:
             frames += 1
         rates.append(frames / (time.perf_counter() - t))
     await talker.aclose()
-    med = statistics.median(rates)
+    med = median(rates)
     return [
         f"| talker frames/s (tokens/s = x7) | {med:.1f} | {min(rates):.1f} (min) | {11.71875 / med:.4f} "
         f"| {med / 11.71875:.0f}x |"
@@ -91,8 +92,7 @@ def main() -> None:
         sys.exit("no CUDA device visible; use --device cpu for a smoke run")
     name = torch.cuda.get_device_name(0) if args.device.startswith("cuda") else "CPU"
     print(f"\nDuplex real-model path on {name} (torch {torch.__version__})\n")
-    print("| measurement | median | worst | real-time factor | x real time |")
-    print("|---|---|---|---|---|")
+    print(header("measurement", "median", "worst", "real-time factor", "x real time"))
     for r in bench_snac(args.device, args.snac, args.runs):
         print(r)
     if args.model:

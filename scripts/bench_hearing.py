@@ -18,6 +18,10 @@ speech as the corpus marks it.
   true onset, truncation error against what the client had played by then, and the
   time from its end to the new reply's first audio.
 * turns in continuous babble (10 dB SNR): the turn must end while the babble goes on.
+* with ``--listening``: Silero VAD's onset decision on the turns, in process (no
+  server), as the baseline under the stop and cancel latencies, and its CPU per
+  session; coughs and clicks over a reply (take-over = cancelled); and the stale
+  audio bytes the client received over the whole run (must be 0).
 
 The corpus is split by voice into the part the policy was tuned on and a held-out
 part it is only measured on (``--split``; both by default, reported side by side:
@@ -26,14 +30,14 @@ time, synced on the input clock: turn, pause and barge-in decisions are the same
 at real time (they are made on the sample clock), but the wall-clock parts of the
 latencies (first audio, recognition) are left out; it is for tuning.
 
-    python scripts/bench_hearing.py [--quick] [--fast] [--split heldout] [--turns-only] [--talker kokoro]
+    python scripts/bench_hearing.py [--quick] [--fast] [--split heldout] [--turns-only] [--talker kokoro] [--listening]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,10 +45,14 @@ from typing import Any
 import numpy as np
 
 from duplex.app.clients.simulated import Received, SimulatedClient
-from duplex.app.harness.anchors import ANCHORS
+from duplex.app.clients.sounds import cough
+from duplex.app.core.listening import Listener, Started
+from duplex.app.core.settings import TurnDetection
 from duplex.app.harness.servers import ServerProcess
-from duplex.app.harness.stats import pct
+from duplex.app.harness.stats import median
+from duplex.app.harness.tables import full_duplex_bench, header, row, spread
 from duplex.app.harness.voices import Clip, load_corpus, noise, resample, set_level, variant, wer
+from duplex.pipeline.detectors.silero_vad import SileroVad
 
 RATE = 24000
 LEAD_S = 0.5
@@ -83,6 +91,10 @@ class Tally:
     interruption_latency: list[float] = field(default_factory=list)
     babble_eot: list[float] = field(default_factory=list)
     babble_ended: list[bool] = field(default_factory=list)
+    knock_cancels: list[bool] = field(default_factory=list)
+    """Coughs and clicks over a reply (``--listening``) that cancelled it."""
+    stale_bytes: int = 0
+    """Audio the client received that cannot belong to its reply (must stay 0)."""
 
 
 def at24(clip: Clip, sample: int) -> int:
@@ -109,6 +121,12 @@ async def session(url: str, td: str) -> SimulatedClient:
     await sim.send("session.update", session={"turn_detection": {"type": td}})
     await sim.start()
     return sim
+
+
+async def close(sim: SimulatedClient, t: Tally) -> None:
+    await sim.stop()
+    t.stale_bytes += sum(h.stale_bytes for h in sim.heard.values())
+    await sim.ws.close()
 
 
 async def until(sim: SimulatedClient, done: Callable[[], bool], limit_s: float) -> None:
@@ -156,8 +174,7 @@ async def turn(url: str, td: str, clip: Clip, condition: str, seed: int, t: Tall
     if done is not None:
         assert clip.text is not None
         t.words.append(wer(clip.text, done.event["transcript"]))
-    await sim.stop()
-    await sim.ws.close()
+    await close(sim, t)
 
 
 async def pause(url: str, td: str, clip: Clip, condition: str, seed: int, t: Tally) -> None:
@@ -169,8 +186,7 @@ async def pause(url: str, td: str, clip: Clip, condition: str, seed: int, t: Tal
     resumes = (int(LEAD_S * RATE) + at24(clip, clip.pause_end)) * 1000 // RATE
     stopped = first(sim.events, "input_audio_buffer.speech_stopped")
     t.pause_takeover.append(stopped is not None and stopped.event["audio_end_ms"] < resumes)
-    await sim.stop()
-    await sim.ws.close()
+    await close(sim, t)
 
 
 def _span(events: list[Received], start: str, end: str, rid: str) -> float:
@@ -205,11 +221,12 @@ async def over_reply(url: str, td: str, pcm: np.ndarray, t: Tally, *, kind: str)
         t.bc_takeover.append(cancelled)
         t.bc_gap.append(gap)
         t.bc_ducked.append(ducked)
+    elif kind == "knock":
+        t.knock_cancels.append(cancelled)
     else:
         t.noise_cancels.append(cancelled)
         t.noise_ducked.append(ducked)
-    await sim.stop()
-    await sim.ws.close()
+    await close(sim, t)
 
 
 async def interruption(url: str, td: str, clip: Clip, t: Tally) -> None:
@@ -239,8 +256,7 @@ async def interruption(url: str, td: str, clip: Clip, t: Tally) -> None:
         t.truncation_error_ms.append(abs(cut.event["audio_end_ms"] - played))
     if new_audio is not None:
         t.interruption_latency.append((new_audio.at - end) / RATE)
-    await sim.stop()
-    await sim.ws.close()
+    await close(sim, t)
 
 
 async def babble_turn(url: str, td: str, clip: Clip, seed: int, t: Tally) -> None:
@@ -257,14 +273,12 @@ async def babble_turn(url: str, td: str, clip: Clip, seed: int, t: Tally) -> Non
     if ended:
         t.babble_eot.append((stopped[0].at - end) / RATE)
     await sim.silence(0.5)
-    await sim.stop()
-    await sim.ws.close()
+    await close(sim, t)
 
 
 def s(values: list[float], digits: int = 2) -> str:
-    if not values:
-        return "-"
-    return f"{statistics.median(values):.{digits}f} / {pct(values, 0.9):.{digits}f}"
+    """Median / p90."""
+    return spread(values, digits=digits, q=0.9)
 
 
 def rate(flags: list[bool]) -> str:
@@ -284,7 +298,39 @@ class Part:
         self.noises = noises or ["babble", "music"]
 
 
-async def run(url: str, td: str, quick: bool, turns_only: bool = False, split: str = "all") -> Tally:
+def knocks(quick: bool) -> list[np.ndarray]:
+    """Coughs and clicks, the sounds a listener makes that are not a turn."""
+    click = np.zeros(RATE // 10, np.int16)
+    click[:30] = 25000
+    coughs = [cough(RATE, seconds, seed=i) for i, seconds in enumerate((0.25, 0.4, 0.5)[: 2 if quick else 3])]
+    return [*coughs, click]
+
+
+def vad_onsets(clips: list[Clip]) -> tuple[list[float], float]:
+    """In process, no server: Silero VAD's onset decision after each clip's true onset (s,
+    20 ms frames, a second of silence either side), and its CPU seconds per audio second."""
+    model, frame, pad = SileroVad(), RATE // 50, np.zeros(RATE, np.int16)
+    delays, cpu, audio_s = [], 0.0, 0.0
+    for clip in clips:
+        pcm = np.concatenate([pad, variant(clip, "clean", RATE), pad])
+        true_on = pad.size + at24(clip, clip.speech_start)
+        ears = Listener(model, RATE, TurnDetection())
+        decided = None
+        c = time.process_time()
+        for i in range(0, pcm.size, frame):
+            started = any(isinstance(x, Started) for x in ears.push(pcm[i : i + frame], replying=False))
+            if started and decided is None:
+                decided = i + frame
+        cpu += time.process_time() - c
+        audio_s += pcm.size / RATE
+        if decided is not None:
+            delays.append((decided - true_on) / RATE)
+    return delays, cpu / max(audio_s, 1e-9)
+
+
+async def run(
+    url: str, td: str, quick: bool, turns_only: bool = False, split: str = "all", listening: bool = False
+) -> Tally:
     corpus, t = Part(split), Tally()
     step = 2 if quick else 1
     for i, clip in enumerate(corpus.turns[::step]):
@@ -305,6 +351,8 @@ async def run(url: str, td: str, quick: bool, turns_only: bool = False, split: s
         await interruption(url, td, clip, t)
     for i, clip in enumerate(corpus.turns[3:40:5][: 4 if quick else 8]):
         await babble_turn(url, td, clip, i, t)
+    for pcm in knocks(quick) if listening else []:
+        await over_reply(url, td, pcm, t, kind="knock")
     return t
 
 
@@ -315,16 +363,19 @@ def report(results: dict[str, Tally]) -> None:
         else "at real time"
     )
     print(f"\nTurn-taking on natural voices, {pace} (median / p90 in seconds of audio time)\n")
-    print("| system | pause TOR ↓ | backchannel TOR ↓ | turn TOR ↑ | turn latency ↓ | interruption TOR ↑ "
-          "| interruption latency ↓ | stop latency ↓ |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|")
-    for td, t in results.items():
-        print(
-            f"| **Duplex, {td}** | {rate(t.pause_takeover)} | {rate(t.bc_takeover)} | {rate(t.answered)} | "
-            f"{s(t.first_audio)} | {rate(t.interrupted)} | {s(t.interruption_latency)} | {s(t.stop, 3)} |"
+    systems = {
+        f"Duplex, {td}": (
+            rate(t.pause_takeover),
+            rate(t.bc_takeover),
+            rate(t.answered),
+            s(t.first_audio),
+            rate(t.interrupted),
+            s(t.interruption_latency),
+            s(t.stop, 3),
         )
-    for name, (p, b, tt, tl, i, il) in ANCHORS.items():
-        print(f"| {name} (published) | {p:.3f} | {b:.3f} | {tt:.3f} | {tl:.3f} | {i:.3f} | {il:.3f} | |")
+        for td, t in results.items()
+    }
+    print(full_duplex_bench(systems))
     print("\nWhere the time goes, from the true end of speech (median / p90, s)\n")
     print("| detector | silence required | waiting on the models | end of turn | transcript | reply created "
           "| first audio | recognition after the turn ends |")  # fmt: skip
@@ -348,6 +399,25 @@ def report(results: dict[str, Tally]) -> None:
         )
 
 
+def report_listening(results: dict[str, Tally], onsets: list[float], vad_cpu: float) -> None:
+    """``--listening``: barge-in against the VAD's own onset decision, CPU, coughs and clicks, stale audio."""
+    base = median(onsets) * 1000 if onsets else None
+    print("\nListening: barge-in against the VAD's onset decision (ms of audio time), knocks over a reply\n")
+    print(header("metric", "median", "p95", "ratio / note"))
+
+    def ms(name: str, values: list[float], base: float | None = None) -> str:
+        return row(name, values, "ms", scale=1000, digits=None, base=base)
+
+    print(ms("VAD onset decision after true speech onset, in process (baseline)", onsets))
+    for name, t in results.items():
+        print(ms(f"{name}: true onset -> reply ducked or paused", t.stop, base))
+        print(ms(f"{name}: true onset -> reply cancelled", t.cancel, base))
+    print(f"| VAD CPU per session | {vad_cpu * 100:.2f} % of a core | | real time = 100 % |")
+    for name, t in results.items():
+        print(f"| {name}: coughs and clicks that cancelled the reply | {rate(t.knock_cancels)} | | must be 0 |")
+        print(f"| {name}: stale audio bytes over the run | {t.stale_bytes} | | must be 0 |")
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="about half the scenarios")
@@ -356,6 +426,11 @@ async def main() -> None:
     ap.add_argument("--turns-only", action="store_true", help="only turns and interruptions")
     ap.add_argument("--split", choices=("tune", "heldout", "all"), action="append", help="default: tune and heldout")
     ap.add_argument("--fast", action="store_true", help="faster than real time (decisions exact, latencies not)")
+    ap.add_argument(
+        "--listening",
+        action="store_true",
+        help="also: VAD onset and CPU in process (the barge-in baseline), coughs and clicks over a reply, stale audio",
+    )
     args = ap.parse_args()
     global FAST
     FAST = args.fast
@@ -366,9 +441,12 @@ async def main() -> None:
             for split in args.split or ("tune", "heldout"):
                 for td in args.detector or ("server_vad", "semantic_vad"):
                     name = ", ".join(x for x in (td, talker, split) if x)
-                    results[name] = await run(server.url, td, args.quick, args.turns_only, split)
+                    results[name] = await run(server.url, td, args.quick, args.turns_only, split, args.listening)
                     print(f"{name}: done", flush=True)
     report(results)
+    if args.listening:
+        clips = [c for split in args.split or ("tune", "heldout") for c in Part(split).turns[:: 2 if args.quick else 1]]
+        report_listening(results, *vad_onsets(clips))
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from collections.abc import Callable
 import numpy as np
 import psutil
 
-from duplex.app.harness.stats import median_p95
+from duplex.app.harness.tables import spread
 from duplex.app.harness.voices import load_corpus, variant, wer
 from duplex.pipeline.recognizers import whisper as whisper_module
 
@@ -97,7 +97,7 @@ def measure(name: str, decode: Decode, split: str) -> dict[str, object]:
         row[condition] = errors / words
     row["human"] = human[0] / human[1]
     row["cpu"] = cpu / audio
-    row["wall"] = median_p95(walls, 1000)
+    row["wall"] = spread(walls, scale=1000)
     return row
 
 

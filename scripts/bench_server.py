@@ -23,7 +23,8 @@ from duplex.app.clients.realtime import RealtimeClient
 from duplex.app.edge.config import ServerConfig
 from duplex.app.harness.procs import rss_kib
 from duplex.app.harness.servers import ServerProcess
-from duplex.app.harness.stats import median, pct
+from duplex.app.harness.stats import median
+from duplex.app.harness.tables import header, row
 from duplex.pipeline.stages import ReplyStages
 from duplex.pipeline.stream import ChunkEvent
 from duplex.pipeline.talker import SpeechRequest
@@ -172,12 +173,6 @@ async def stalled_reader(port: int, pid: int, seconds: float) -> tuple[int, int]
     return peak, rss_kib(pid) - base
 
 
-def row(name: str, values: list[float], unit: str, scale: float = 1.0, base: float | None = None) -> str:
-    med, p95 = median(values) * scale, pct(values, 0.95) * scale
-    ratio = f"{med / base:.2f}x" if base else ""
-    return f"| {name} | {med:.2f} {unit} | {p95:.2f} {unit} | {ratio} |"
-
-
 async def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="fewer turns, 5 s stalled reader")
@@ -195,22 +190,14 @@ async def main() -> None:
     bound_kib = (cfg.queues.talker_queue.max_bytes + cfg.queues.output_queue.max_bytes + cfg.write_limit) / 1024
     rtt_1 = median(results[1]["rtt"])
     print(f"\nDuplex server benchmark: loopback, {os.cpu_count()} CPUs, built-in voice, 24 kHz out\n")
-    print("| metric | median | p95 | ratio to baseline |")
-    print("|---|---|---|---|")
-    print(row("baseline: in-process pipeline, first chunk", base_first, "ms", 1000))
-    print(row("baseline: protocol round trip (1 session)", results[1]["rtt"], "ms", 1000))
+    print(header("metric", "median", "p95", "ratio to baseline"))
+    print(row("baseline: in-process pipeline, first chunk", base_first, "ms", scale=1000))
+    print(row("baseline: protocol round trip (1 session)", results[1]["rtt"], "ms", scale=1000))
     for n, r in results.items():
-        print(
-            row(
-                f"first audio after response.create, {n} sessions (paced)",
-                r["first"],
-                "ms",
-                1000,
-                median(base_first) * 1000,
-            )
-        )
+        name = f"first audio after response.create, {n} sessions (paced)"
+        print(row(name, r["first"], "ms", scale=1000, base=median(base_first) * 1000))
     for n, r in results.items():
-        print(row(f"response.cancel -> response.done, {n} sessions", r["cancel"], "ms", 1000, rtt_1 * 1000))
+        print(row(f"response.cancel -> response.done, {n} sessions", r["cancel"], "ms", scale=1000, base=rtt_1 * 1000))
     print(f"| baseline: in-process pipeline speed | {base_rtf:.0f}x real time | | |")
     for n, r in results.items():
         print(

@@ -32,7 +32,7 @@ from duplex.app.clients.simulated import SimulatedClient
 from duplex.app.clients.sounds import mix, silence, speech, trim
 from duplex.app.harness.models import build_tiny_llama, text_token_ids
 from duplex.app.harness.servers import ServerProcess
-from duplex.app.harness.stats import median_p95
+from duplex.app.harness.tables import spread
 from duplex.pipeline.talkers.espeak import EspeakTalker
 
 QUESTIONS = [
@@ -123,7 +123,7 @@ async def main() -> None:
     print("| part | " + " | ".join(results) + " |")
     print("|---|" + "---|" * len(results))
     for part in PARTS:
-        cells = [median_p95([r[part] for r in rows]) for rows in results.values()]
+        cells = [spread([r[part] for r in rows]) for rows in results.values()]
         print(f"| {part} | " + " | ".join(cells) + " |")
     lm = [r["total: speech end -> first audio"] for r in results["tiny vLLM chat model"]]
     echo = [r["total: speech end -> first audio"] for r in base]

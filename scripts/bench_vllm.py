@@ -17,13 +17,13 @@ import argparse
 import asyncio
 import contextlib
 import os
-import statistics
 import tempfile
 import time
 from pathlib import Path
 
 from duplex.app.harness.procs import cpu_seconds, descendants
-from duplex.app.harness.stats import pct
+from duplex.app.harness.stats import median
+from duplex.app.harness.tables import header, row
 
 TEXT = "This is a sentence for the benchmark, long enough to make a few seconds of speech."
 
@@ -131,19 +131,12 @@ async def main() -> None:
     idle = (cpu_of(pids) - c0) / (time.perf_counter() - w0)
     await talker.aclose()
 
-    def row(name: str, values: list[float], unit: str, scale: float = 1.0, note: str = "") -> str:
-        return (
-            f"| {name} | {statistics.median(values) * scale:.2f} {unit} | {pct(values, 0.95) * scale:.2f} {unit} "
-            f"| {note} |"
-        )
-
     talk_rtf = [dt / (f * 2048 / 24000) for f, dt in single]
     print(
         f"\nvLLM talker + SNAC vocoder on this CPU ({os.cpu_count()} cores); tiny random Llama "
         f"(2 layers, width 64), SNAC 24 kHz with random weights (real size); engine start {start_s:.1f} s\n"
     )
-    print("| metric | median | p95 | note |")
-    print("|---|---|---|---|")
+    print(header("metric", "median", "p95", "note"))
     rows += [
         row("talker tokens/s, 1 stream (baseline)", tok_s, "tok/s"),
         row("talker codec frames/s, 1 stream", [x / 7 for x in tok_s], "frames/s", note="11.7 frames/s is real time"),
@@ -151,18 +144,17 @@ async def main() -> None:
             "talker tokens/s, 4 streams together",
             quad,
             "tok/s",
-            note=f"{statistics.median(quad) / statistics.median(tok_s):.1f}x one stream",
+            note=f"{median(quad) / median(tok_s):.1f}x one stream",
         ),
-        row("talker alone, real-time factor", talk_rtf, "", note="wall / audio"),
-        row("SNAC decoder alone, real-time factor (16-frame window)", voc_rtf, "", note="wall / audio"),
+        row("talker alone, real-time factor", talk_rtf, note="wall / audio"),
+        row("SNAC decoder alone, real-time factor (16-frame window)", voc_rtf, note="wall / audio"),
         row(
             "talker + vocoder, real-time factor",
             rtf,
-            "",
-            note=f"{statistics.median(rtf) / statistics.median(voc_rtf):.1f}x the vocoder alone",
+            note=f"{median(rtf) / median(voc_rtf):.1f}x the vocoder alone",
         ),
-        row("first audio (request -> first PCM chunk)", first, "ms", 1000),
-        row("abort (cancel -> engine runs nothing)", aborts, "ms", 1000),
+        row("first audio (request -> first PCM chunk)", first, "ms", scale=1000),
+        row("abort (cancel -> engine runs nothing)", aborts, "ms", scale=1000),
     ]
     print("\n".join(rows))
     print(f"| vLLM engine processes while idle | {idle:.2f} CPU-s per s | | nothing to generate |")

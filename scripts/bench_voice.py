@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 
-from duplex.app.harness.stats import median_p95
+from duplex.app.harness.tables import spread
 from duplex.app.harness.voices import resample, wer, write_wav
 from duplex.pipeline.recognizers.whisper import MODELS, WhisperRecognizer
 from duplex.pipeline.talker import SpeechRequest, Talker
@@ -248,9 +248,9 @@ async def main() -> None:
     for r in rows:
         ratio = np.median(r.first_ms) / max(1e-9, float(np.median(base.first_ms)))
         print(
-            f"| {r.name} | {median_p95(r.first_ms)} | {ratio:.1f}x | {median_p95(r.first_listening_ms)} | "
+            f"| {r.name} | {spread(r.first_ms)} | {ratio:.1f}x | {spread(r.first_listening_ms)} | "
             f"{r.rtf:.3f} | {r.rtf_listening:.3f} | "
-            f"{r.cpu:.3f} | {r.rss_mb:.0f} | {r.wer:.3f} | {median_p95(r.timing_ms)} | {r.at_once} |"
+            f"{r.cpu:.3f} | {r.rss_mb:.0f} | {r.wer:.3f} | {spread(r.timing_ms)} | {r.at_once} |"
         )
     await espeak.aclose()
     if kokoro is not None:

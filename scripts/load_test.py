@@ -29,7 +29,7 @@ import websockets
 from duplex.app.clients.simulated import SimulatedClient
 from duplex.app.harness.procs import cpu_seconds, descendants, rss_kib
 from duplex.app.harness.servers import ServerProcess
-from duplex.app.harness.stats import median, pct
+from duplex.app.harness.tables import spread
 from duplex.app.harness.voices import load_corpus, variant
 
 Speech = tuple[np.ndarray, int, int]
@@ -214,11 +214,7 @@ async def main() -> None:
         ("barge-in onset -> duck event", "pause"),
     ):
         v = out[key]
-        print(
-            f"| {name}: median / p95 / max | {median(v):.0f} / {pct(v, 0.95):.0f} / {max(v):.0f} ms |"
-            if v
-            else f"| {name} | - |"
-        )
+        print(f"| {name}{': median / p95 / max' if v else ''} | {spread(v, q=(0.95, 1.0), unit='ms')} |")
     rss_after = " / ".join(str(a // 1024) for a, _ in after)
     print(
         f"| server RSS: baseline / peak / after each round | {base_rss // 1024} / {peak['rss'] // 1024} "

@@ -1,4 +1,4 @@
-"""Percentiles and table rows for benchmark reports."""
+"""Percentiles for benchmark reports (their tables: :mod:`duplex.app.harness.tables`)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,3 @@ def pct(values: Sequence[float], q: float) -> float:
 
 def median(values: Sequence[float]) -> float:
     return float(statistics.median(values))
-
-
-def median_p95(values: Sequence[float], scale: float = 1.0, digits: int = 0) -> str:
-    """``"median / p95"`` of ``values`` times ``scale``, or ``-`` when there are none."""
-    if not values:
-        return "-"
-    return f"{median(values) * scale:.{digits}f} / {pct(values, 0.95) * scale:.{digits}f}"
