@@ -11,7 +11,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from duplex.app.core.actions import PredictTurn, PrepareReply, StartReply, Transcribe
+from duplex.app.core.actions import Heard, PredictTurn, PrepareReply, StartReply, Transcribe
 from duplex.app.core.events import (
     AudioDucked,
     AudioResumed,
@@ -294,15 +294,15 @@ def test_the_turn_takes_its_candidate_and_starts_the_reply_it_prepared():
     partials = [a for a in out if isinstance(a, Transcribe) and a.kind == "partial"]
     assert partials
     item = partials[0].item_id
-    out = s.on_transcript(item, "Tell me", 0.0, kind="partial", upto=partials[0].upto)
-    out += s.on_transcript(item, "Tell me a", 0.0, kind="partial", upto=partials[1].upto)
+    out = s.on_transcript(Heard(item, "Tell me", "partial", partials[0].upto), 0.0)
+    out += s.on_transcript(Heard(item, "Tell me a", "partial", partials[1].upto), 0.0)
     assert [e.delta for e in out if isinstance(e, TranscriptionDelta)] == ["Tell me"]
     out = hear(s, 10)
     [candidate] = [a for a in out if isinstance(a, Transcribe) and a.kind == "candidate"]
     first, again = [a for a in out if isinstance(a, PredictTurn)]
-    out = s.on_transcript(item, "Tell me a joke.", 0.0, 95.0, kind="candidate", upto=candidate.upto)
+    out = s.on_transcript(Heard(item, "Tell me a joke.", "candidate", candidate.upto, 95.0), 0.0)
     [prepared] = [a for a in out if isinstance(a, PrepareReply)]
-    assert prepared.think.messages[-1] == {"role": "user", "content": "Tell me a joke."}
+    assert prepared.plan.messages[-1] == {"role": "user", "content": "Tell me a joke."}
     assert not [e for e in out if isinstance(e, BufferCommitted)], "the model has not answered yet"
     assert not [e for e in s.on_turn_probability(first.speech_end, 0.99, 0.0) if isinstance(e, BufferCommitted)]
     out = s.on_turn_probability(again.speech_end, 0.99, 0.0)
@@ -312,8 +312,7 @@ def test_the_turn_takes_its_candidate_and_starts_the_reply_it_prepared():
     [done] = [e for e in out if isinstance(e, TranscriptionCompleted)]
     assert done.transcript == "Tell me a joke." and done.recognition_ms == 0.0
     [start] = [a for a in out if isinstance(a, StartReply)]
-    assert start.think.messages == prepared.think.messages, "what was prepared is what is asked for"
-    assert replace(prepared.request, request_id=start.request.request_id) == start.request
+    assert start.plan == prepared.plan, "what was prepared is what is asked for (one value, compared whole)"
 
 
 def test_a_turn_that_ends_before_its_candidate_comes_waits_for_it():
@@ -323,7 +322,7 @@ def test_a_turn_that_ends_before_its_candidate_comes_waits_for_it():
     out = hear(s, 5)  # the silence window ends the turn; the candidate is still being decoded
     assert [e for e in out if isinstance(e, BufferCommitted)]
     assert not [a for a in out if isinstance(a, Transcribe)], "it waits for the candidate"
-    out = s.on_transcript(candidate.item_id, "Hello there.", 0.2, kind="candidate", upto=candidate.upto)
+    out = s.on_transcript(Heard(candidate.item_id, "Hello there.", "candidate", candidate.upto), 0.2)
     [done] = [e for e in out if isinstance(e, TranscriptionCompleted)]
     assert done.transcript == "Hello there." and done.recognition_ms == pytest.approx(200.0)
     assert [a for a in out if isinstance(a, StartReply)]
@@ -335,7 +334,7 @@ def test_a_duck_and_a_resume_reach_the_wire_for_a_backchannel():
     out = hear(s, 50)
     [candidate] = [a for a in out if isinstance(a, Transcribe) and a.kind == "candidate"]
     questions = [a for a in out if isinstance(a, PredictTurn)]
-    s.on_transcript(candidate.item_id, "Tell me a story.", 0.0, kind="candidate", upto=candidate.upto)
+    s.on_transcript(Heard(candidate.item_id, "Tell me a story.", "candidate", candidate.upto), 0.0)
     assert len(questions) == 2
     out = [e for q in questions for e in s.on_turn_probability(q.speech_end, 0.99, 0.0)]
     [start] = [a for a in out if isinstance(a, StartReply)]
@@ -345,7 +344,7 @@ def test_a_duck_and_a_resume_reach_the_wire_for_a_backchannel():
     assert ducks and ducks[0].ref.response_id == start.response_id
     out = hear(s, 6)
     [candidate] = [a for a in out if isinstance(a, Transcribe) and a.kind == "candidate"]
-    out = s.on_transcript(candidate.item_id, "Mhm.", 0.0, kind="candidate", upto=candidate.upto)
+    out = s.on_transcript(Heard(candidate.item_id, "Mhm.", "candidate", candidate.upto), 0.0)
     assert [type(e) for e in out if isinstance(e, AudioResumed)] == [AudioResumed]
     assert s.replies.active is not None and s.replies.active.id == start.response_id, "not cancelled"
 

@@ -73,7 +73,7 @@ def test_truncation_cuts_the_thinkers_context_as_openai_defines_it():
         item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": f"{i}" * 400}]}
         s.feed(ev("conversation.item.create", item=item), 0.0)
     s.feed(ev("session.update", session={"instructions": "Be brief."}), 0.0)
-    assert len(s.messages()) == 11, "auto: all of it fits the default budget"
+    assert len(s.ctx.messages()) == 11, "auto: all of it fits the default budget"
     limit = {"post_instructions": 500}  # 2000 characters: five messages
     s.feed(
         ev(
@@ -82,7 +82,7 @@ def test_truncation_cuts_the_thinkers_context_as_openai_defines_it():
         ),
         0.0,
     )
-    kept = s.messages()
+    kept = s.ctx.messages()
     assert kept[0] == {"role": "system", "content": "Be brief."}, "the instructions always stay"
     assert [m["content"][0] for m in kept[1:]] == list("56789")
     s.feed(
@@ -92,9 +92,9 @@ def test_truncation_cuts_the_thinkers_context_as_openai_defines_it():
         ),
         0.0,
     )
-    assert [m["content"][0] for m in s.messages()[1:]] == list("89"), "cut to half the budget at once"
+    assert [m["content"][0] for m in s.ctx.messages()[1:]] == list("89"), "cut to half the budget at once"
     s.feed(ev("session.update", session={"truncation": "disabled"}), 0.0)
-    assert len(s.messages()) == 11
+    assert len(s.ctx.messages()) == 11
     out = s.feed(ev("session.update", session={"truncation": {"type": "retention_ratio", "retention_ratio": 2.0}}), 0.0)
     assert out[0].error.param == "session.truncation.retention_ratio"
 

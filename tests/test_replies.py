@@ -28,7 +28,8 @@ from duplex.app.core.events import (
 )
 from duplex.app.core.limits import SessionLimits
 from duplex.app.core.pacing import SessionClock
-from duplex.app.core.replies import Replies, ReplyContext
+from duplex.app.core.replies import Replies
+from duplex.app.core.session_context import SessionContext
 from duplex.app.core.settings import ResponseOptions, SessionSettings, TurnDetection
 from duplex.pipeline.frames import AudioBuffer
 from duplex.pipeline.stages import OutputChunk
@@ -42,7 +43,7 @@ AUDIO = ResponseOptions(("audio",), "alloy")
 
 def replies(**settings: object) -> Replies:
     n = iter(range(1, 1000))
-    ctx = ReplyContext(
+    ctx = SessionContext(
         "sess_unit",
         lambda prefix: f"{prefix}_{next(n)}",
         SessionClock(0.0),

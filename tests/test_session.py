@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from duplex.app.core.actions import CancelReply, StartReply, Transcribe
+from duplex.app.core.actions import CancelReply, Heard, StartReply, Transcribe
 from duplex.app.core.conversation import Item, Part
 from duplex.app.core.protocol import ClientEvent, decode_event
 from duplex.app.core.session import Session
@@ -117,7 +117,7 @@ async def test_a_turn_heard_as_nothing_is_answered_briefly():
 
     s = Session("sess_test", 0.0, voice_activity=SileroVad())
     s.conversation.add(Item("u1", "user", [Part("input_audio", None)]))
-    out = wire(s.on_transcript("u1", "", 1.0))
+    out = wire(s.on_transcript(Heard("u1", ""), 1.0))
     assert out[0]["type"] == "conversation.item.input_audio_transcription.completed"
     [start] = [o for o in out if isinstance(o, StartReply)]
     assert start.think.messages[-1] == {"role": "user", "content": ""}

@@ -5,6 +5,7 @@ through when driven."""
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import replace
 from enum import Enum
 from typing import Any
 
@@ -142,3 +143,31 @@ def test_a_reply_paused_with_ducking_off_and_ended_meanwhile_resumes_into_its_pl
     assert reply.phase is P.PLAYING_OUT_PAUSED
     r.resume(0.02)
     assert reply.phase is P.PLAYING_OUT and not reply.playout.paused
+
+
+# -- one value per reply ------------------------------------------------------------------
+
+
+def test_a_prepared_reply_is_adopted_only_for_an_equal_plan_whichever_field_differs():
+    import dataclasses
+
+    from duplex.app.core.actions import PrepareReply, ReplyPlan, StartReply
+    from duplex.app.edge.replying import Run
+    from duplex.pipeline.state import StateHandle
+
+    plan = ReplyPlan(({"role": "user", "content": "hi"},), "alloy", 1.0, 24000)
+    run = Run(stages=None, prepared=PrepareReply(plan))  # type: ignore[arg-type]  # (serves reads the plan only)
+    assert run.serves(StartReply("resp_1", 3, plan)), "the same reply, whatever its id and epoch"
+    others = {
+        "messages": (),
+        "voice": "cedar",
+        "speed": 1.2,
+        "output_rate": 16000,
+        "audio": False,
+        "tools": ({"type": "function", "name": "f"},),
+        "tool_choice": "required",
+        "state": StateHandle("sess_x", "test", "none").next_epoch(),
+    }
+    assert {f.name for f in dataclasses.fields(ReplyPlan)} == set(others), "every field is tried"
+    for name, value in others.items():
+        assert not run.serves(StartReply("resp_1", 3, replace(plan, **{name: value}))), f"{name} differs"

@@ -7,24 +7,59 @@ each out before it sends what follows.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
+from duplex.pipeline.state import StateHandle
 from duplex.pipeline.talker import SpeechRequest
-from duplex.pipeline.thinker import ThinkRequest
+from duplex.pipeline.thinker import Message, ThinkRequest
+from duplex.pipeline.tools import Tool, ToolChoice
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyPlan:
+    """What one reply is, whole: what the thinker answers (the conversation, the tools it
+    may call), what the talker says it with (voice, speed, the backend state) and how it
+    is rendered (rate, audio or text). Built in one place
+    (:meth:`~duplex.app.core.replies.Replies.plan`); a prepared reply is adopted when its
+    plan equals the reply's, so a field added here is compared without anyone
+    remembering to."""
+
+    messages: tuple[Message, ...]
+    voice: str | None
+    speed: float
+    output_rate: int
+    audio: bool = True
+    tools: tuple[Tool, ...] = ()
+    tool_choice: ToolChoice = "auto"
+    state: StateHandle | None = None
+
+    def think(self, request_id: str) -> ThinkRequest:
+        """The thinker's request for this reply."""
+        return ThinkRequest(request_id, self.messages, tools=self.tools, tool_choice=self.tool_choice)
+
+    def speech(self, request_id: str) -> SpeechRequest:
+        """The talker's request for this reply (its text streams in from the thinker)."""
+        return SpeechRequest(request_id, "", self.voice, self.speed, self.state)
 
 
 @dataclass(frozen=True, slots=True)
 class StartReply:
-    """Run the pipeline for this reply (the thinker answers ``think``; with audio,
-    the talker speaks it) and feed its chunks to ``Session.on_output``."""
+    """Run the pipeline for this reply (the thinker answers; with audio, the talker
+    speaks it) and feed its chunks to ``Session.on_output``."""
 
     response_id: str
     epoch: int
-    request: SpeechRequest
-    output_rate: int
-    think: ThinkRequest
-    audio: bool = True
+    plan: ReplyPlan
+
+    @property
+    def think(self) -> ThinkRequest:
+        return self.plan.think(self.response_id)
+
+    @property
+    def request(self) -> SpeechRequest:
+        return self.plan.speech(self.response_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,10 +72,14 @@ class CancelReply:
     reason: str
 
 
+TranscribeKind = Literal["final", "candidate", "partial"]
+"""What a transcription is for (see :class:`Transcribe`)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Transcribe:
-    """Recognise this user audio and hand the text to ``Session.on_transcript`` with
-    the same ``kind`` and ``upto``.
+    """Recognise this user audio and hand what was heard to ``Session.on_transcript``
+    (:meth:`heard` makes that answer).
 
     ``kind``: ``final`` (a committed item: ``item_id``), ``candidate`` (the turn of
     speech item ``item_id`` as it stands at a pause, to ``upto``: it becomes the
@@ -51,8 +90,25 @@ class Transcribe:
     item_id: str
     audio: np.ndarray
     rate: int
-    kind: str = "final"
+    kind: TranscribeKind = "final"
     upto: int = 0
+
+    def heard(self, text: str, recognition_ms: float | None = None, failure: str | None = None) -> Heard:
+        """The recogniser's answer to this request."""
+        return Heard(self.item_id, text, self.kind, self.upto, recognition_ms, failure)
+
+
+@dataclass(frozen=True, slots=True)
+class Heard:
+    """A recogniser's answer to a :class:`Transcribe`, as one value: the text it heard
+    (or its ``failure``), for the request's item, kind and ``upto``."""
+
+    item_id: str
+    text: str
+    kind: TranscribeKind = "final"
+    upto: int = 0
+    recognition_ms: float | None = None
+    failure: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,13 +124,10 @@ class PredictTurn:
 @dataclass(frozen=True, slots=True)
 class PrepareReply:
     """Start the reply the session expects to give if the turn ends now (its thinker
-    and talker), without sending any of it: a :class:`StartReply` asking for the same
-    thing adopts it; a newer one, or :class:`DropPrepared`, discards it."""
+    and talker), without sending any of it: a :class:`StartReply` with an equal plan
+    adopts it; a newer one, or :class:`DropPrepared`, discards it."""
 
-    request: SpeechRequest
-    output_rate: int
-    think: ThinkRequest
-    audio: bool = True
+    plan: ReplyPlan
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@ import binascii
 from dataclasses import dataclass, field
 from typing import Any
 
-from duplex.app.core.events import ItemDeleted, ItemView, PartView
+from duplex.app.core.events import ItemAdded, ItemDeleted, ItemDone, ItemView, PartView, ServerEvent
 from duplex.app.core.protocol import ProtocolError, check_type
 from duplex.pipeline.talker import WordMark
 
@@ -91,6 +91,12 @@ class Item:
             if p.audio:
                 p.text = kept
         return kept
+
+
+def added(item: Item, prev: str | None) -> list[ServerEvent]:
+    """The events that announce a new, complete item after ``prev``."""
+    view = item.view()
+    return [ItemAdded(prev, view), ItemDone(prev, view)]
 
 
 def decode_audio(b64: str, param: str, *, pcm16: bool = True) -> bytes:

@@ -2,7 +2,7 @@
 
 Sans-I/O like the session they belong to: methods return typed server events and
 actions; time comes in as arguments. The reply side sees only a narrow
-:class:`ReplyContext` of its session (ids, the clock, the settings in force, its
+:class:`SessionContext` of its session (ids, the clock, the settings in force, its
 limits and the conversation). A reply is *active* from ``response.created`` to
 ``response.done``, and *heard* until the client has played everything it was
 sent, which with pacing is up to the lead later. A barge-in can land in either:
@@ -17,12 +17,11 @@ and truncation) reads as one state machine; split, each half would reach into th
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from duplex.app.core.actions import CancelReply, PrepareReply, StartReply
-from duplex.app.core.conversation import Conversation, Item, Part
+from duplex.app.core.actions import CancelReply, PrepareReply, ReplyPlan, StartReply
+from duplex.app.core.conversation import Item, Part
 from duplex.app.core.events import (
     AudioDelta,
     AudioDone,
@@ -49,39 +48,19 @@ from duplex.app.core.events import (
     TextDelta,
     TextDone,
 )
-from duplex.app.core.limits import SessionLimits
-from duplex.app.core.pacing import Playout, SessionClock
+from duplex.app.core.pacing import Playout
 from duplex.app.core.protocol import ProtocolError
 from duplex.app.core.reply_state import AUDIBLE, DUCKED, MOVES, PAUSED, RUNNING, ReplyEvent, ReplyPhase
-from duplex.app.core.settings import ResponseOptions, SessionSettings
+from duplex.app.core.session_context import SessionContext
+from duplex.app.core.settings import ResponseOptions
 from duplex.app.core.units import samples_to_ms
 from duplex.pipeline.stages import OutputChunk
 from duplex.pipeline.state import StateHandle
 from duplex.pipeline.stream import ChunkEvent
-from duplex.pipeline.talker import SpeechRequest
-from duplex.pipeline.thinker import Message, ThinkRequest
+from duplex.pipeline.thinker import Message
 from duplex.pipeline.tools import ToolCallDelta, calls_allowed
 
 Output = list[ServerEvent | StartReply | CancelReply]
-PREPARED = "prepared"
-"""The request id of a reply prepared before its turn was confirmed."""
-
-
-@dataclass(slots=True)
-class ReplyContext:
-    """What the reply side knows of its session."""
-
-    session_id: str
-    new_id: Callable[[str], str]
-    clock: SessionClock
-    settings: SessionSettings
-    """The settings in force (the session replaces them on ``session.update``)."""
-    limits: SessionLimits
-    conversation: Conversation
-    can_duck: bool = True
-    """Whether the client takes Duplex's ``ducked`` event; one that does not (a plain
-    Realtime client) has a reply's output stop at speech over it instead, as OpenAI's
-    server does: it stops its playback there and sends its own truncate."""
 
 
 @dataclass(slots=True)
@@ -141,7 +120,7 @@ class Reply:
 class Replies:
     """Begins, streams, pauses, resumes, cancels and truncates a session's replies."""
 
-    def __init__(self, ctx: ReplyContext, state: StateHandle) -> None:
+    def __init__(self, ctx: SessionContext, state: StateHandle) -> None:
         self.ctx = ctx
         self.state = state
         """The session's handle on backend state; its epoch moves on with every cancel."""
@@ -182,10 +161,30 @@ class Replies:
         out: Output = [ResponseCreated(self._view(r, "in_progress"))]
         if not calls_allowed(options.tools, options.tool_choice):
             out += self._announce(r)  # at once, as ever: only a reply that may call a function waits
-        request = SpeechRequest(rid, "", options.voice, settings.speed, self.state)
-        think = ThinkRequest(rid, messages, tools=options.tools, tool_choice=options.tool_choice)
-        out.append(StartReply(rid, r.epoch, request, settings.output_rate, think, audio))
+        out.append(StartReply(rid, r.epoch, self.plan(messages, options)))
         return out
+
+    def plan(self, messages: tuple[Message, ...], options: ResponseOptions) -> ReplyPlan:
+        """What a reply to ``messages`` with ``options`` is, under the settings in force:
+        the one place a reply is defined (begun, or prepared ahead of its turn)."""
+        settings = self.ctx.settings
+        return ReplyPlan(
+            messages,
+            options.voice,
+            settings.speed,
+            settings.output_rate,
+            "audio" in options.modalities,
+            options.tools,
+            options.tool_choice,
+            self.state,
+        )
+
+    def make_room(self, item: Item) -> list[ServerEvent]:
+        """Room for one of the server's own items (they never fail for want of it: the
+        oldest go instead, never ``item`` or the running reply's)."""
+        keep = {item.id} | ({self.active.item.id} if self.active else set())
+        lim = self.ctx.limits
+        return list(self.ctx.conversation.make_room(lim.max_items, lim.max_conversation_chars, keep))
 
     def _add(self, r: Reply, item: Item) -> list[ServerEvent]:
         """Put one of the reply's output items into the conversation and the response."""
@@ -387,10 +386,7 @@ class Replies:
     def prepare(self, messages: tuple[Message, ...], options: ResponseOptions) -> PrepareReply:
         """What :meth:`begin` would start for ``messages``, to start it before the turn
         is confirmed (the edge adopts it if :meth:`begin` then asks for the same)."""
-        settings = self.ctx.settings
-        request = SpeechRequest(PREPARED, "", options.voice, settings.speed, self.state)
-        think = ThinkRequest(PREPARED, messages, tools=options.tools, tool_choice=options.tool_choice)
-        return PrepareReply(request, settings.output_rate, think, "audio" in options.modalities)
+        return PrepareReply(self.plan(messages, options))
 
     def pause(self, onset: int, input_samples: int, now: float) -> list[ServerEvent]:
         """Speech began at input sample ``onset`` (decided at ``input_samples``): duck the

@@ -14,15 +14,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from duplex.app.core.actions import Action, Sync
-from duplex.app.core.context import chat_messages
-from duplex.app.core.conversation import Conversation, Item, parse_item
+from duplex.app.core.actions import Action, Heard, Sync
+from duplex.app.core.conversation import Conversation, added, parse_item
 from duplex.app.core.events import (
     BufferCleared,
     Error,
-    ItemAdded,
     ItemDeleted,
-    ItemDone,
     ItemRetrieved,
     ItemTruncated,
     ServerEvent,
@@ -35,14 +32,13 @@ from duplex.app.core.limits import SessionLimits
 from duplex.app.core.listening import DEAF, Ears
 from duplex.app.core.pacing import SessionClock
 from duplex.app.core.protocol import ClientEvent, ProtocolError
-from duplex.app.core.replies import Replies, ReplyContext
-from duplex.app.core.settings import SessionSettings, VoiceCheck, apply_update, response_options
+from duplex.app.core.replies import Replies
+from duplex.app.core.session_context import SessionContext
+from duplex.app.core.settings import SessionSettings, VoiceCheck, apply_update
 from duplex.app.core.tool_settings import function_tools
 from duplex.app.core.turn_taking import TurnTaking
-from duplex.app.core.units import samples_to_ms
 from duplex.pipeline.state import StateHandle
 from duplex.pipeline.stream import ChunkEvent
-from duplex.pipeline.thinker import Message
 from duplex.pipeline.voice_activity import VoiceActivity
 
 Output = list[ServerEvent | Action]
@@ -69,19 +65,25 @@ class Session:
         self.id = session_id
         self.tools = tools
         """Whether the thinker calls function tools."""
-        self.check_voice = check_voice
         self.limits = limits or SessionLimits()
         self.voice_activity = voice_activity
         self.conversation = Conversation()
         self.clock = SessionClock(now)
         self._n = 0
-        self.ctx = ReplyContext(
-            session_id, self.new_id, self.clock, settings or SessionSettings(), self.limits, self.conversation, can_duck
+        self.ctx = SessionContext(
+            session_id,
+            self.new_id,
+            self.clock,
+            settings or SessionSettings(),
+            self.limits,
+            self.conversation,
+            can_duck,
+            check_voice,
         )
         self.replies = Replies(self.ctx, StateHandle(session_id, backend[0], backend[1]))
         self.intake = Intake(self.clock, self.limits, voice_activity, now, ears)
         self.intake.listen(self.ctx.settings)
-        self.turn_taking = TurnTaking(self)
+        self.turn_taking = TurnTaking(self.ctx, self.replies, self.intake)
 
     @property
     def settings(self) -> SessionSettings:
@@ -102,7 +104,7 @@ class Session:
 
     def ms(self, samples: int) -> int:
         """Input samples as milliseconds on the wire."""
-        return samples_to_ms(samples, self.settings.input_rate)
+        return self.ctx.ms(samples)
 
     # -- lifecycle -----------------------------------------------------------
     def start(self) -> list[ServerEvent]:
@@ -136,7 +138,9 @@ class Session:
             )
         body, refused = self._usable_tools(data["session"], data.get("event_id"))
         before = self.settings
-        self.ctx.settings = apply_update(before, body, check_voice=self.check_voice, audio_started=self.intake.received)
+        self.ctx.settings = apply_update(
+            before, body, check_voice=self.ctx.check_voice, audio_started=self.intake.received
+        )
         ended: Output = []
         if (before.turn_detection, before.input_rate) != (self.settings.turn_detection, self.settings.input_rate):
             ended = self.turn_taking.on_signals(self.intake.listen(self.settings), now)
@@ -228,31 +232,13 @@ class Session:
         ended = self.turn_taking.on_signals(self.intake.clear(), now)
         return [*ended, BufferCleared(), *self.turn_taking.cleared()]
 
-    def on_transcript(
-        self,
-        item_id: str,
-        text: str,
-        now: float,
-        recognition_ms: float | None = None,
-        failure: str | None = None,
-        *,
-        kind: str = "final",
-        upto: int = 0,
-    ) -> Output:
+    def on_transcript(self, heard: Heard, now: float) -> Output:
         """A :class:`Transcribe`'s answer (see :meth:`TurnTaking.on_transcript`)."""
-        return self.turn_taking.on_transcript(item_id, text, now, recognition_ms, failure, kind=kind, upto=upto)
+        return self.turn_taking.on_transcript(heard, now)
 
     def on_turn_probability(self, speech_end: int, probability: float, now: float) -> Output:
         """The end-of-turn model's answer to a :class:`PredictTurn`."""
         return self.turn_taking.on_turn_probability(speech_end, probability, now)
-
-    def messages(self, items: list[Item] | None = None, instructions: str | None = None) -> tuple[Message, ...]:
-        """The conversation as the thinker sees it: the instructions as the system
-        prompt, then every item, assistant replies only as far as they were heard,
-        cut to fit as the session's ``truncation`` says."""
-        system = self.settings.instructions if instructions is None else instructions
-        chosen = self.conversation.items if items is None else items
-        return chat_messages(chosen, system, self.settings.truncation, self.limits.max_conversation_chars)
 
     def _on_playback_ack(self, data: Data, now: float) -> Output:
         played, stamped = data["played_samples"], data["input_samples"]
@@ -262,11 +248,6 @@ class Session:
         return []
 
     # -- conversation --------------------------------------------------------
-    def item_added(self, item: Item, prev: str | None) -> list[ServerEvent]:
-        """The events that announce a new item."""
-        view = item.view()
-        return [ItemAdded(prev, view), ItemDone(prev, view)]
-
     def _on_conversation_item_create(self, data: Data, now: float) -> Output:
         lim = self.limits
         item = parse_item(data["item"], self.new_id("item"), max_chars=lim.max_item_chars)
@@ -279,12 +260,7 @@ class Session:
                 param="item",
             )
         prev = conv.add(item, data.get("previous_item_id"))
-        return list(self.item_added(item, prev))
-
-    def make_room(self, item: Item) -> list[ServerEvent]:
-        """The server's own items never fail for want of room: the oldest go instead."""
-        keep = {item.id} | ({self.replies.active.item.id} if self.replies.active else set())
-        return list(self.conversation.make_room(self.limits.max_items, self.limits.max_conversation_chars, keep))
+        return list(added(item, prev))
 
     def _on_conversation_item_retrieve(self, data: Data, now: float) -> Output:
         return [ItemRetrieved(self.conversation.get(data["item_id"]).view())]
@@ -333,7 +309,7 @@ class Session:
             raise ProtocolError(
                 "tools_unsupported", "this server's thinker does not call tools", param="response.tools"
             )
-        options = response_options(self.settings, opts, check_voice=self.check_voice)
+        options = self.ctx.options(opts)
         items = None
         if "input" in opts:  # a context of its own: the given items (or references to the conversation's)
             if not isinstance(opts["input"], list) or not all(isinstance(x, dict) for x in opts["input"]):
@@ -344,7 +320,7 @@ class Session:
                 else parse_item(x, f"input_{i}", max_chars=self.limits.max_item_chars)
                 for i, x in enumerate(opts["input"])
             ]
-        return list(self.replies.begin(self.messages(items, options.instructions), options, now))
+        return list(self.replies.begin(self.ctx.messages(items, options.instructions), options, now))
 
     def _on_response_cancel(self, data: Data, now: float) -> Output:
         r = self.replies.active

@@ -39,7 +39,7 @@ from duplex.app.core.wire import Wire
 from duplex.app.edge.config import ServerConfig
 from duplex.app.edge.fairness import FairQueue, LoopShare, Moot, RealTime, WaitingJobs
 from duplex.app.edge.metrics import Metrics
-from duplex.app.edge.replying import ReplyEnded, Replying
+from duplex.app.edge.replying import ReplyEnded, Replying, ReplyingContext
 from duplex.app.edge.transport import GuardedConnection
 from duplex.pipeline.backends import Backends
 from duplex.pipeline.stream import ChunkEvent
@@ -106,7 +106,23 @@ class Connection:
         self._hearing: set[asyncio.Task[None]] = set()  # recognitions and end-of-turn questions
         self._waiting: WaitingJobs[Transcribe | PredictTurn] = WaitingJobs(self.session.turn_taking.still_wanted)
         self._tg: asyncio.TaskGroup | None = None
-        self.replies = Replying(self)
+        session = self.session
+        self.replies = Replying(
+            ReplyingContext(
+                session.id,
+                backends,
+                cfg.queues,
+                server.metrics,
+                server.loop_share.gate(self),
+                lambda: session.input_samples,
+                lambda job, name: self.tg.create_task(job, name=name),
+                self.sink,
+                self.send,
+                self.nudge,
+                lambda rid, timings: session.on_reply_finished(rid, self.loop.time(), timings),
+                lambda rid, message: session.on_reply_failed(rid, message, self.loop.time()),
+            )
+        )
 
     async def run(self) -> None:
         """Serve the client until it disconnects; leave no task behind."""
@@ -306,9 +322,7 @@ class Connection:
                     )
                 failure = f"speech recognition failed: {exc}"
         took = (self.loop.time() - started) * 1000
-        outputs = self.session.on_transcript(
-            action.item_id, text, self.loop.time(), took, failure, kind=action.kind, upto=action.upto
-        )
+        outputs = self.session.on_transcript(action.heard(text, took, failure), self.loop.time())
         with contextlib.suppress(ConnectionClosed):
             await self.execute(outputs)
 

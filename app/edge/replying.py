@@ -13,22 +13,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import Any
 
 from websockets.exceptions import ConnectionClosed
 
-from duplex.app.core.actions import CancelReply, PrepareReply, StartReply
+from duplex.app.core.actions import CancelReply, PrepareReply, ReplyPlan, StartReply
 from duplex.app.core.events import ServerEvent
-from duplex.app.core.session import Session
-from duplex.app.edge.config import ServerConfig
-from duplex.app.edge.fairness import LoopShare
+from duplex.app.edge.fairness import OwnerGate
 from duplex.app.edge.metrics import Metrics
 from duplex.pipeline.backends import Backends
-from duplex.pipeline.stages import ReplyStages
+from duplex.pipeline.stages import ReplyStages, StageQueues
 from duplex.pipeline.stream import ChunkEvent
-from duplex.pipeline.talker import SpeechRequest
-from duplex.pipeline.thinker import ThinkRequest
 
 log = logging.getLogger("duplex.server")
 
@@ -40,34 +37,29 @@ class ReplyEnded(Exception):
     """The session ended the reply from the sink's side (a limit): stop its stages."""
 
 
-class _Server(Protocol):
-    config: ServerConfig
+@dataclass(frozen=True, slots=True)
+class ReplyingContext:
+    """What a connection's replies use of it and its server, and no more."""
+
+    session_id: str
     backends: Backends
+    queues: StageQueues
     metrics: Metrics
-    loop_share: LoopShare
-
-
-class Owner(Protocol):
-    """What the replies need of their connection."""
-
-    session: Session
-    loop: asyncio.AbstractEventLoop
-
-    @property
-    def server(self) -> _Server: ...
-
-    @property
-    def tg(self) -> asyncio.TaskGroup: ...
-
-    async def sink(self, event: ChunkEvent) -> None:
-        """Send one chunk when pacing allows (raises :class:`ReplyEnded` when the reply is over)."""
-        ...
-
-    async def send(self, events: list[ServerEvent]) -> None: ...
-
-    def nudge(self) -> None: ...
-
-    def __hash__(self) -> int: ...
+    gate: OwnerGate
+    """The connection's share of the event loop (the stages' unpaced output is charged to it)."""
+    watermark: Callable[[], int]
+    """Input samples heard so far (stamped on every chunk)."""
+    spawn: Callable[[Coroutine[Any, Any, None], str], asyncio.Task[None]]
+    """Run a task in the connection's TaskGroup."""
+    sink: Callable[[ChunkEvent], Awaitable[None]]
+    """Send one chunk when pacing allows (raises :class:`ReplyEnded` when the reply is over)."""
+    send: Callable[[list[ServerEvent]], Awaitable[None]]
+    nudge: Callable[[], None]
+    """Wake the paced sink (a cancel moves it)."""
+    finished: Callable[[str, dict[str, float]], list[ServerEvent]]
+    """The session's events for a reply the pipeline delivered whole (id, timings)."""
+    failed: Callable[[str, str], list[ServerEvent]]
+    """...and for one that failed (id, message)."""
 
 
 @dataclass(slots=True)
@@ -88,55 +80,47 @@ class Run:
         self.adopted.set()
 
     def serves(self, start: StartReply) -> bool:
-        """Whether this prepared reply is what ``start`` asks for."""
-        p = self.prepared
-        return (
-            p is not None
-            and replace(p.think, request_id=start.think.request_id) == start.think
-            and replace(p.request, request_id=start.request.request_id) == start.request
-            and (p.output_rate, p.audio) == (start.output_rate, start.audio)
-        )
+        """Whether this prepared reply is what ``start`` asks for: the same plan."""
+        return self.prepared is not None and self.prepared.plan == start.plan
 
 
 class Replying:
     """One connection's running reply, and the one prepared ahead of its turn."""
 
-    def __init__(self, owner: Owner) -> None:
-        self.c = owner
+    def __init__(self, ctx: ReplyingContext) -> None:
+        self.c = ctx
         self.current: Run | None = None
         self._prepared: Run | None = None
         self._prepared_n = 0
 
-    def _stages(
-        self, request: SpeechRequest, epoch: int, output_rate: int, think: ThinkRequest, audio: bool
-    ) -> ReplyStages:
-        backends = self.c.server.backends
+    def _stages(self, plan: ReplyPlan, request_id: str, epoch: int) -> ReplyStages:
+        backends = self.c.backends
         return ReplyStages(
-            backends.talker if audio else None,
-            backends.vocoder if audio else None,
-            request,
+            backends.talker if plan.audio else None,
+            backends.vocoder if plan.audio else None,
+            plan.speech(request_id),
             epoch=epoch,
-            output_rate=output_rate,
-            queues=self.c.server.config.queues,
-            watermark=lambda: self.c.session.input_samples,
+            output_rate=plan.output_rate,
+            queues=self.c.queues,
+            watermark=self.c.watermark,
             thinker=backends.thinker,
-            think=think,
-            gate=self.c.server.loop_share.gate(self.c),
+            think=plan.think(request_id),
+            gate=self.c.gate,
         )
 
     def start(self, action: StartReply) -> None:
         prepared, self._prepared = self._prepared, None
         if prepared is not None and prepared.serves(action) and prepared.task is not None and not prepared.task.done():
-            self.c.server.metrics.inc("duplex_prepared_replies_total", outcome="adopted")
+            self.c.metrics.inc("duplex_prepared_replies_total", outcome="adopted")
             prepared.adopt(action.response_id, action.epoch)
             self.current = prepared
             return
         if prepared is not None:
             self._discard(prepared)
-        run = Run(self._stages(action.request, action.epoch, action.output_rate, action.think, action.audio))
+        run = Run(self._stages(action.plan, action.response_id, action.epoch))
         run.adopt(action.response_id, action.epoch)
         self.current = run
-        run.task = self.c.tg.create_task(self._run(run), name=action.response_id)
+        run.task = self.c.spawn(self._run(run), action.response_id)
 
     def prepare(self, action: PrepareReply) -> None:
         """Start a reply the turn may need, unheard (see :class:`Run`)."""
@@ -144,11 +128,10 @@ class Replying:
         self._prepared_n += 1
         # Its own epochs, far above the session's (streams refuse epochs below their lowest live one).
         # Its own request id too: a talker keeps a reply's voice and progress by request id.
-        rid = f"{action.request.request_id}-{self.c.session.id}-{self._prepared_n}"
-        request, think = replace(action.request, request_id=rid), replace(action.think, request_id=rid)
-        stages = self._stages(request, PREPARED_EPOCHS + self._prepared_n, action.output_rate, think, action.audio)
+        rid = f"prepared-{self.c.session_id}-{self._prepared_n}"
+        stages = self._stages(action.plan, rid, PREPARED_EPOCHS + self._prepared_n)
         run = Run(stages, prepared=action)
-        run.task = self.c.tg.create_task(self._run(run), name="prepared")
+        run.task = self.c.spawn(self._run(run), "prepared")
         self._prepared = run
 
     def drop_prepared(self) -> None:
@@ -157,7 +140,7 @@ class Replying:
             self._discard(prepared)
 
     def _discard(self, run: Run) -> None:
-        self.c.server.metrics.inc("duplex_prepared_replies_total", outcome="dropped")
+        self.c.metrics.inc("duplex_prepared_replies_total", outcome="dropped")
         run.stages.retire()
         if run.task is not None:
             run.task.cancel()  # it has sent nothing: it ends without a trace
@@ -180,16 +163,15 @@ class Replying:
             pass  # the reader sees the close and cleans up
         except* Exception as group:
             error = group.exceptions[0]
-            log.warning("reply failed: %r", error, extra={"session": self.c.session.id, "response": run.response_id})
+            log.warning("reply failed: %r", error, extra={"session": self.c.session_id, "response": run.response_id})
             if run.response_id is not None:
-                message = str(error) or type(error).__name__
-                events = self.c.session.on_reply_failed(run.response_id, message, self.c.loop.time())
+                events = self.c.failed(run.response_id, str(error) or type(error).__name__)
         else:
             assert run.response_id is not None
-            events = self.c.session.on_reply_finished(run.response_id, self.c.loop.time(), reply.stats.timings_ms())
+            events = self.c.finished(run.response_id, reply.stats.timings_ms())
         finally:
             reply.retire()
-            m = self.c.server.metrics
+            m = self.c.metrics
             m.inc("duplex_stale_events_dropped_total", reply.stats.dropped_stale)
             m.high_water(
                 "duplex_queue_high_water_bytes",
@@ -202,7 +184,7 @@ class Replying:
             await self.c.send(events)
 
     async def cancel(self, action: CancelReply) -> None:
-        self.c.server.metrics.inc("duplex_cancels_total", reason=action.reason)
+        self.c.metrics.inc("duplex_cancels_total", reason=action.reason)
         run = self.current
         if run is None or run.task is None or run.epoch != action.epoch:
             return
