@@ -71,6 +71,8 @@ def add_flags(parser: argparse.ArgumentParser, cls: type[Any]) -> None:
         elif base is bool:
             kwargs["action"] = argparse.BooleanOptionalAction
             del kwargs["metavar"]
+        elif typing.get_origin(base) is typing.Literal:  # a closed set of names: its choices
+            kwargs.update(type=str, choices=typing.get_args(base))
         else:
             kwargs["type"] = base
         for key in ("choices", "metavar"):

@@ -11,19 +11,32 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal, get_args
 
 from duplex.app.core.protocol import ProtocolError, check_type
 from duplex.app.core.tool_settings import tool_choice, tools, truncation
+from duplex.pipeline.talker import DEFAULT_VOICE
 
+Modality = Literal["audio", "text"]
+MODALITIES: frozenset[Modality] = frozenset(get_args(Modality))
+AudioFormat = Literal["pcm16", "pcmu", "pcma"]
+"""Audio on the wire, as the session keeps it (GA and beta names map to these)."""
+TurnDetectionType = Literal["server_vad", "semantic_vad"]
+TURN_DETECTION_TYPES: tuple[TurnDetectionType, ...] = get_args(TurnDetectionType)
+EagernessName = Literal["low", "medium", "high", "auto"]
+EAGERNESS_NAMES: tuple[EagernessName, ...] = get_args(EagernessName)
 PCM_FORMATS = {"audio/pcm", "pcm16"}
-G711_FORMATS = {"audio/pcmu": "pcmu", "audio/pcma": "pcma", "g711_ulaw": "pcmu", "g711_alaw": "pcma"}
+G711_FORMATS: dict[str, AudioFormat] = {
+    "audio/pcmu": "pcmu",
+    "audio/pcma": "pcma",
+    "g711_ulaw": "pcmu",
+    "g711_alaw": "pcma",
+}
 """G.711 by its GA and beta names: 8 kHz on the wire; heard at 16 kHz (see pipeline.g711)."""
 G711_WIRE_RATE = 8000
 G711_HEARD_RATE = 16000
 INPUT_RATES = (16000, 24000)
 OUTPUT_RATES = (8000, 16000, 22050, 24000, 44100, 48000)
-MODALITIES = frozenset({"audio", "text"})
 
 VoiceCheck = Callable[[str], None]
 """Raises ValueError naming the problem when a voice is not usable (the talker's check)."""
@@ -33,10 +46,15 @@ VoiceCheck = Callable[[str], None]
 class TurnDetection:
     """Turn detection, as the Realtime protocol names its knobs: ``server_vad`` ends a
     turn after ``silence_duration_ms``; ``semantic_vad`` when the speaker sounds done
-    (``eagerness``: see :mod:`duplex.app.core.listening.semantic`). VAD knobs apply to both."""
+    (``eagerness``: see :mod:`duplex.app.core.listening.semantic`). VAD knobs apply to both.
 
-    type: str = "server_vad"
-    eagerness: str = "auto"
+    Which default wins: ``server_vad`` here is the Realtime protocol's own default, what a
+    session built without settings hears with; ``duplex serve`` starts every session with
+    its ``--turn-detection`` instead (``semantic_vad`` unless told otherwise), so for a
+    served session the server's default wins, and a client's ``session.update`` over both."""
+
+    type: TurnDetectionType = "server_vad"
+    eagerness: EagernessName = "auto"
     threshold: float = 0.5
     prefix_padding_ms: int = 300
     silence_duration_ms: int = 500
@@ -55,10 +73,6 @@ class TurnDetection:
     duck_db: float | None = -24.0
 
 
-TURN_DETECTION_TYPES = ("server_vad", "semantic_vad")
-EAGERNESS = ("low", "medium", "high", "auto")
-
-
 @dataclass(frozen=True, slots=True)
 class Pacing:
     """Extension: how far ahead of the client's playback audio may be sent."""
@@ -73,15 +87,15 @@ class SessionSettings:
 
     model: str = "duplex"
     instructions: str = ""
-    output_modalities: tuple[str, ...] = ("audio",)
-    voice: str = "alloy"
+    output_modalities: tuple[Modality, ...] = ("audio",)
+    voice: str = DEFAULT_VOICE
     speed: float = 1.0
     input_rate: int = 24000
     """The rate input is heard at (G.711 arrives at 8 kHz and is heard at 16 kHz)."""
     output_rate: int = 24000
-    input_format: str = "pcm16"
+    input_format: AudioFormat = "pcm16"
     """``pcm16``, or G.711: ``pcmu`` (μ-law) or ``pcma`` (A-law)."""
-    output_format: str = "pcm16"
+    output_format: AudioFormat = "pcm16"
     turn_detection: TurnDetection | None = field(default_factory=TurnDetection)
     transcription: dict[str, Any] | None = None
     pacing: Pacing = field(default_factory=Pacing)
@@ -101,7 +115,7 @@ class SessionSettings:
 class ResponseOptions:
     """What one ``response.create`` asks for, over the session's settings."""
 
-    modalities: tuple[str, ...]
+    modalities: tuple[Modality, ...]
     voice: str
     instructions: str | None = None
     metadata: dict[str, str] | None = None
@@ -123,12 +137,12 @@ def _bad(param: str, message: str, code: str = "invalid_value") -> ProtocolError
     return ProtocolError(code, message, param=param)
 
 
-def modalities(value: Any, param: str) -> tuple[str, ...]:
+def modalities(value: Any, param: str) -> tuple[Modality, ...]:
     """A non-empty list of 'audio' and/or 'text'."""
     check_type(value, (list,), param)
     if not value or not all(isinstance(m, str) for m in value) or not set(value) <= MODALITIES:
         raise _bad(param, f"{param} must be ['audio'], ['text'] or both")
-    return tuple(sorted(set(value)))
+    return tuple(m for m in get_args(Modality) if m in value)  # sorted, as ever: audio before text
 
 
 def voice(value: Any, param: str, check_voice: VoiceCheck) -> str:
@@ -148,7 +162,7 @@ def _in_range(value: Any, types: tuple[type, ...], lo: float, hi: float, param: 
     return value
 
 
-def _format(value: Any, param: str, rates: tuple[int, ...], current: int, g711_rate: int) -> tuple[str, int]:
+def _format(value: Any, param: str, rates: tuple[int, ...], current: int, g711_rate: int) -> tuple[AudioFormat, int]:
     """Validate an audio format (GA object or beta string); return its encoding and rate."""
     if isinstance(value, str):
         kind, rate = value, None
@@ -170,7 +184,7 @@ def _format(value: Any, param: str, rates: tuple[int, ...], current: int, g711_r
 
 def _side_format(
     update: dict[str, Any], audio_side: dict[str, Any], side: str, rates: tuple[int, ...], current: int
-) -> tuple[str, int] | None:
+) -> tuple[AudioFormat, int] | None:
     """The format an update sets for one side (GA ``audio.<side>.format`` or beta
     ``<side>_audio_format`` + ``<side>_audio_rate``), or None if it sets none."""
     g711_rate = G711_HEARD_RATE if side == "input" else G711_WIRE_RATE
@@ -211,8 +225,8 @@ def _turn_detection(value: Any, param: str, current: TurnDetection | None) -> Tu
     updates: dict[str, Any] = {"type": kind}
     if "eagerness" in value:
         eagerness = _get(value, "eagerness", (str,), f"{param}.eagerness")
-        if eagerness not in EAGERNESS:
-            raise _bad(f"{param}.eagerness", f"{param}.eagerness must be one of {', '.join(EAGERNESS)}")
+        if eagerness not in EAGERNESS_NAMES:
+            raise _bad(f"{param}.eagerness", f"{param}.eagerness must be one of {', '.join(EAGERNESS_NAMES)}")
         updates["eagerness"] = eagerness
     for key, types, lo, hi in _TURN_RANGES:
         if key in value:

@@ -13,8 +13,10 @@ from typing import Any
 
 from duplex.app.core.limits import SessionLimits
 from duplex.app.core.protocol import DEFAULT_PORT
+from duplex.app.core.settings import TurnDetectionType
 from duplex.app.edge.http import web_root
 from duplex.pipeline.stages import StageQueues
+from duplex.pipeline.talker import DEFAULT_VOICE
 
 DEFAULT_HOST = "127.0.0.1"
 
@@ -36,14 +38,16 @@ class ServerConfig:
     host: str = option(DEFAULT_HOST, "address to bind")
     port: int = option(DEFAULT_PORT, "port")
     voice: str = option(
-        "alloy", "default voice: an OpenAI voice name (alloy, marin, cedar, ...), a Kokoro voice, or espeak:<voice>"
+        DEFAULT_VOICE,
+        "default voice: an OpenAI voice name (alloy, marin, cedar, ...), a Kokoro voice, or espeak:<voice>",
     )
-    turn_detection: str = option(
+    turn_detection: TurnDetectionType = option(
         "semantic_vad",
         "how a new session hears the end of a turn: semantic_vad (an end-of-turn model and the transcript) "
         "or server_vad (a fixed silence); a client may choose per session",
-        choices=("semantic_vad", "server_vad"),
     )
+    """Every served session starts with this, not the core's (the protocol's) server_vad:
+    see :class:`~duplex.app.core.settings.TurnDetection`."""
     max_sessions: int = option(200, "sessions at once; more are refused with 503")
     max_message_bytes: int = option(
         2 * 1024 * 1024, "largest client message; a larger one closes the session (1009) before it is buffered"

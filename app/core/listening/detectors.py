@@ -15,7 +15,7 @@ from typing import Protocol
 
 from duplex.app.core.listening.ears import Ears
 from duplex.app.core.listening.semantic import SemanticTurns
-from duplex.app.core.settings import TurnDetection
+from duplex.app.core.settings import TurnDetection, TurnDetectionType
 from duplex.app.core.units import ms_to_samples
 
 
@@ -70,11 +70,12 @@ class SilenceWindow:
         pass
 
 
-DETECTORS: dict[str, Callable[[TurnDetection, int, Ears], TurnDetector]] = {
+DETECTORS: dict[TurnDetectionType, Callable[[TurnDetection, int, Ears], TurnDetector]] = {
     "server_vad": lambda td, rate, ears: SilenceWindow(td.silence_duration_ms, rate),
     "semantic_vad": lambda td, rate, ears: SemanticTurns(td.eagerness, rate, ears),
 }
-"""Detector factories by type: (settings, input rate, what the backends can do)."""
+"""Detector factories by type: (settings, input rate, what the backends can do); one for
+each of :data:`~duplex.app.core.settings.TURN_DETECTION_TYPES` (a test keeps it so)."""
 
 
 def turn_detector(td: TurnDetection, rate: int, ears: Ears) -> TurnDetector:

@@ -30,6 +30,7 @@ import re
 from dataclasses import dataclass
 
 from duplex.app.core.listening.ears import Ears
+from duplex.app.core.settings import EagernessName
 from duplex.app.core.units import ms_to_samples
 
 OWN_PAUSE_MARGIN_MS = 100
@@ -62,7 +63,7 @@ class Eagerness:
     """Silence that ends any turn (words that hang, or none heard)."""
 
 
-EAGERNESS = {
+EAGERNESS: dict[EagernessName, Eagerness] = {
     "low": Eagerness(ask_ms=200, again_ms=400, sure=0.99, likely=0.7, settle_ms=900, doubt_ms=1400, max_ms=2000),
     "medium": Eagerness(ask_ms=200, again_ms=300, sure=0.97, likely=0.3, settle_ms=450, doubt_ms=800, max_ms=1200),
     "high": Eagerness(ask_ms=100, again_ms=200, sure=0.95, likely=0.3, settle_ms=400, doubt_ms=600, max_ms=800),
@@ -142,7 +143,7 @@ def words_hang(text: str) -> bool:
 class SemanticTurns:
     """The ``semantic_vad`` policy for one listener."""
 
-    def __init__(self, eagerness: str, rate: int, ears: Ears) -> None:
+    def __init__(self, eagerness: EagernessName, rate: int, ears: Ears) -> None:
         self.e = EAGERNESS[eagerness]
         self.rate = rate
         self.ears = ears
