@@ -96,13 +96,6 @@ class SessionClock:
         i = bisect_right(self._break_at, s + 1e-6) - 1  # input seconds are summed floats: allow their drift
         return s + self._break_offset[max(i, 0)]
 
-    def wall_for(self, target: float, wall: float) -> float | None:
-        """Wall seconds until session time reaches ``target`` if no input arrives, or
-        None while streaming (then only more input moves time)."""
-        if self.streaming(wall):
-            return None
-        return max(0.0, target - self.now(wall))
-
 
 @dataclass(slots=True)
 class _Ack:

@@ -64,10 +64,6 @@ class Transcripts:
         sent += new
         return (" " if len(sent) > len(new) else "") + " ".join(new)
 
-    def latest(self, speech_item: str) -> str:
-        """The latest partial transcript of the speech item (may still change)."""
-        return " ".join(self._last.get(speech_item, []))
-
     def paused(self, speech_item: str, start: int, upto: int, speech_end: int) -> Candidate:
         """A candidate was asked for (the previous one of this item is void now)."""
         self.candidate = Candidate(speech_item, start, upto, speech_end)

@@ -194,14 +194,14 @@ class Connection:
             raise err.with_event_id(event_id) from None
 
     async def _hear(self, raw: bytes) -> None:
-        """Admitted microphone audio, heard in slices: at up to real time at once, faster
-        only as the session's share of the loop allows, each slice charged to it."""
+        """Admitted microphone audio, heard in slices: at up to real time at once (and not
+        charged), faster only as the session's share of the loop allows (each such slice
+        charged to it)."""
         session, share = self.session, self.server.loop_share
-        rate = session.settings.input_rate
-        step = max(2, int(rate * HEAR_SLICE_S) * 2)
+        step = max(2, int(session.settings.input_rate * HEAR_SLICE_S) * 2)
         for i in range(0, len(raw), step):
             piece = raw[i : i + step]
-            if self._real_time.take(len(piece) / 2 / rate, self.loop.time()):
+            if self._real_time.take(session.seconds_of(piece), self.loop.time()):
                 outputs = session.hear(piece, self.loop.time())
             else:
                 await share.wait(self)
