@@ -1,8 +1,18 @@
-"""The stages one server runs, behind their Protocols."""
+"""The stages one server runs, behind their Protocols.
+
+Every backend has one lifecycle: it is built, then ``start``-ed where its Protocol
+has ``start`` (the thinker, the recogniser and the end-of-turn model, whose checks
+or model loads are kept out of their constructors so a configuration fails cheaply
+first), and ``aclose``-d once at shutdown. The talker, the vocoder and the voice
+activity model are ready once built; their ``aclose`` is a no-op where they hold
+nothing that outlives them.
+"""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from duplex.pipeline.recognizer import Recognizer
 from duplex.pipeline.talker import Talker
@@ -10,6 +20,14 @@ from duplex.pipeline.thinker import EchoThinker, Thinker
 from duplex.pipeline.turn_model import TurnModel
 from duplex.pipeline.vocoder import Vocoder
 from duplex.pipeline.voice_activity import VoiceActivity
+
+log = logging.getLogger("duplex.server")
+
+
+class _Closable(Protocol):
+    name: str
+
+    async def aclose(self) -> None: ...
 
 
 @dataclass(slots=True)
@@ -26,12 +44,28 @@ class Backends:
     turn_model: TurnModel | None = None
 
     async def aclose(self) -> None:
-        """Stop every backend that holds workers or an engine."""
-        try:
-            if self.turn_model is not None:
-                await self.turn_model.aclose()
-            if self.recognizer is not None:
-                await self.recognizer.aclose()
-            await self.thinker.aclose()
-        finally:
-            await self.talker.aclose()
+        """Close every backend, each even if another fails; then raise the first failure.
+
+        The listening parts go first, then the thinker (which may share the talker's
+        engine), the talker, and the vocoder its audio went through.
+        """
+        failed: list[Exception] = []
+        order: list[_Closable | None] = [
+            self.turn_model,
+            self.recognizer,
+            self.voice_activity,
+            self.thinker,
+            self.talker,
+            self.vocoder,
+        ]
+        for backend in order:
+            if backend is None:
+                continue
+            try:
+                await backend.aclose()
+            except Exception as exc:  # the others still close
+                if failed:
+                    log.warning("closing %s also failed: %s", backend.name, exc)
+                failed.append(exc)
+        if failed:
+            raise failed[0]

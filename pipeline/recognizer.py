@@ -19,6 +19,10 @@ class Recognizer(Protocol):
     ``transcribe`` must not hold the event loop for the length of a decode: a
     recogniser decodes in worker processes, on threads that release the GIL, or
     on another machine.
+
+    Lifecycle: built cheaply (a configuration is checked before anything loads);
+    ``start`` loads the model and runs a first decode, or checks the remote end;
+    ``aclose`` stops its workers or connections.
     """
 
     name: str

@@ -255,8 +255,9 @@ class ReplyStages:
                         spoken += chunk.audio.length
                         await self.talk_queue.put(seq.event(chunk.audio.format, out, self.watermark()))
                 if text:  # a segment that made no sound still belongs to the reply's text
-                    empty = AudioBuffer.pcm(np.zeros(0, np.int16), 24000, "engine")
-                    await self.talk_queue.put(seq.event("text", TalkerChunk(empty, (), text), self.watermark()))
+                    empty = AudioBuffer.pcm(np.zeros(0, np.int16), self.output_rate, "engine")
+                    only_text = TalkerChunk(empty, (), text, text_only=True)
+                    await self.talk_queue.put(seq.event("text", only_text, self.watermark()))
         finally:
             self.talk_queue.close()
 
@@ -307,7 +308,7 @@ class ReplyStages:
                         chunks.append(more.payload)
                 text += "".join(c.text for c in chunks)
                 sounding = [c.audio for c in chunks if c.audio.length]
-                talked = [c.audio for c in chunks if c.audio.owner != "engine"]
+                talked = [c.audio for c in chunks if not c.text_only]
                 if stream is None and talked:
                     stream = self.vocoder.open(talked[0].rate, self.output_rate)
                 if stream is not None:

@@ -225,20 +225,6 @@ class BoundedEventStream:
             raise StopAsyncIteration
         return event
 
-    def stats(self) -> dict[str, int]:
-        """Counters for metrics and benchmarks."""
-        return {
-            "max_chunks": self.max_chunks,
-            "max_bytes": self.max_bytes,
-            "chunks": len(self._queue),
-            "bytes": self._bytes,
-            "high_water_chunks": self.high_water_chunks,
-            "high_water_bytes": self.high_water_bytes,
-            "dropped_stale": self.dropped_stale,
-            "delivered": self.delivered,
-            "min_epoch": self._min_epoch,
-        }
-
 
 class Sequencer:
     """Stamps a producer's events with gap-free seq numbers per (request, epoch)."""

@@ -4,10 +4,22 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol, TypeGuard, get_args
 
 from duplex.pipeline.frames import AudioBuffer
 from duplex.pipeline.state import StateHandle
+
+OpenAIVoice = Literal["alloy", "ash", "ballad", "coral", "echo", "sage", "shimmer", "verse", "marin", "cedar"]
+"""OpenAI's voice names: every talker speaks each of them (with a voice of its own), so
+unmodified Realtime clients work."""
+OPENAI_VOICES: tuple[OpenAIVoice, ...] = get_args(OpenAIVoice)
+DEFAULT_VOICE: OpenAIVoice = "alloy"
+"""OpenAI's default voice, and a session's."""
+
+
+def is_openai_voice(name: str | None) -> TypeGuard[OpenAIVoice]:
+    """Whether ``name`` is one of OpenAI's voice names."""
+    return name in OPENAI_VOICES
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +42,9 @@ class TalkerChunk:
     words: tuple[WordMark, ...] = ()
     text: str = ""
     """Reply text this chunk makes known (the engine sets it when text streams in)."""
+    text_only: bool = False
+    """No talker made it: it only carries reply text (of a segment that made no sound),
+    so its empty audio says nothing of the talker's rate or format."""
 
     @property
     def nbytes(self) -> int:
@@ -59,6 +74,12 @@ class Talker(Protocol):
     ``speak`` is an async generator. Closing or cancelling it must abort the
     backend's work at once (the next chunk boundary at the latest) and must never
     block the event loop.
+
+    Lifecycle: a talker is ready once built. It has no ``start``: whoever builds it
+    (``duplex.app.cli.backends``) loads and warms its runtime or starts its engine
+    first, because a runtime may be shared by several talkers and a voice whose
+    weights are missing is replaced by another before serving. ``aclose`` stops the
+    threads or engine it holds (see :mod:`duplex.pipeline.backends`).
     """
 
     name: str
@@ -75,4 +96,6 @@ class Talker(Protocol):
         """Raise ValueError naming the problem if ``voice`` is not usable."""
         ...
 
-    async def aclose(self) -> None: ...
+    async def aclose(self) -> None:
+        """Stop the threads or engine it holds; nothing is spoken after it."""
+        ...

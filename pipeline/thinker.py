@@ -38,15 +38,27 @@ class ThinkRequest:
 
 
 class Thinker(Protocol):
-    """Streams a reply's text (and function calls, if it supports tools) for a conversation."""
+    """Streams a reply's text (and function calls, if it supports tools) for a conversation.
+
+    Lifecycle: ``start`` checks, before serving, what the constructor cannot (that a
+    remote endpoint answers and serves the model), raising ValueError that names the
+    problem; a no-op where there is nothing to check. ``aclose`` closes its
+    connections or the engine it owns.
+    """
 
     name: str
     tools: bool
     """Whether it can call function tools (a session offering tools to one that cannot is told so)."""
 
+    async def start(self) -> None:
+        """Check it can answer (a remote endpoint, say) before the server serves."""
+        ...
+
     def think(self, request: ThinkRequest) -> AsyncIterator[str | ToolCallDelta]: ...
 
-    async def aclose(self) -> None: ...
+    async def aclose(self) -> None:
+        """Close its connections, or the engine it owns."""
+        ...
 
 
 NOTHING_HEARD = "I have nothing to repeat yet."
@@ -76,5 +88,8 @@ class EchoThinker:
             return
         yield users[-1].strip() or NOT_UNDERSTOOD
 
+    async def start(self) -> None:
+        """Nothing to check."""
+
     async def aclose(self) -> None:
-        pass
+        """Nothing held."""

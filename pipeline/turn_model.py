@@ -3,7 +3,7 @@
 An audio model that hears the end of an utterance (words, intonation, the pause
 after it) and says how likely it is that the turn is complete. The realtime core
 asks it once speech has paused, and weighs its answer with the silence so far and
-the transcript (see :mod:`duplex.app.core.semantic`).
+the transcript (see :mod:`duplex.app.core.listening.semantic`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,11 @@ import numpy as np
 
 
 class TurnModel(Protocol):
-    """Probability that the speech so far is a complete turn."""
+    """Probability that the speech so far is a complete turn.
+
+    Lifecycle: built cheaply; ``start`` loads the model (checking its weights) and
+    runs it once; ``aclose`` stops its workers.
+    """
 
     name: str
     seconds: float

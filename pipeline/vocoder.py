@@ -26,7 +26,12 @@ class VocoderStream(Protocol):
 
 
 class Vocoder(Protocol):
-    """Opens one decoding stream per reply."""
+    """Opens one decoding stream per reply.
+
+    Lifecycle: ready once built (its weights load in the constructor, so a bad path
+    fails while the server is being built); no ``start``. ``aclose`` frees the model
+    (a no-op where there is none); no stream is opened after it.
+    """
 
     name: str
     blocking: bool
@@ -34,3 +39,7 @@ class Vocoder(Protocol):
     run it off the event loop."""
 
     def open(self, input_rate: int, output_rate: int) -> VocoderStream: ...
+
+    async def aclose(self) -> None:
+        """Free the model, if it holds one."""
+        ...

@@ -33,7 +33,12 @@ class ActivityState(Protocol):
 
 
 class VoiceActivity(Protocol):
-    """A voice-activity model, shared by every stream."""
+    """A voice-activity model, shared by every stream.
+
+    Lifecycle: ready once built (a small model, loaded in the constructor); no
+    ``start``. ``aclose`` frees what it holds (a no-op where that is only memory);
+    no stream is opened after it.
+    """
 
     name: str
     rate: int
@@ -43,6 +48,10 @@ class VoiceActivity(Protocol):
 
     def stream(self) -> ActivityState:
         """State for one new stream."""
+        ...
+
+    async def aclose(self) -> None:
+        """Free the model's threads, if it has any."""
         ...
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +19,107 @@ from duplex.pipeline.detectors.smart_turn import SmartTurn
 from duplex.pipeline.recognizers.whisper import WhisperRecognizer
 from duplex.pipeline.talkers.espeak import EspeakRuntime, EspeakTalker
 from duplex.pipeline.vocoders.pcm import PcmVocoder
+
+TESTS = Path(__file__).parent
+
+
+# Every test module in exactly one part, by its path under tests/ (no ``.py``): the
+# part is its marker, so ``pytest -m core`` runs the core's tests (tests/test_groups.py
+# keeps this table whole). The markers are registered in pyproject.toml.
+GROUPS: dict[str, tuple[str, ...]] = {
+    # The sans-I/O core: session, replies, listening, hearing, the wire, pacing, states.
+    "core": (
+        "test_context",
+        "test_core_docs",
+        "test_fuzz",
+        "test_hearing",
+        "test_intake",
+        "test_levels",
+        "test_listening",
+        "test_names",
+        "test_pacing",
+        "test_replies",
+        "test_session",
+        "test_stall",
+        "test_states",
+        "test_tool_settings",
+        "test_tools",
+        "test_wire",
+    ),
+    # Backends and the pipeline: talkers, vocoders, recognisers, VAD, vLLM, stages, stream.
+    "backends": (
+        "test_asr_remote",
+        "test_contracts",
+        "test_stages",
+        "test_espeak",
+        "test_hibari",
+        "test_kokoro",
+        "test_lifecycle",
+        "test_openai_http",
+        "test_openai_voices",
+        "test_recognition",
+        "test_stream",
+        "test_talker_pool",
+        "test_vad",
+        "test_vllm",
+        "test_vllm_remote",
+        "test_vocoder",
+    ),
+    # The server over real sockets.
+    "server": (
+        "test_cli",
+        "test_duplex",
+        "test_hearing_e2e",
+        "test_realtime_features",
+        "test_scenarios",
+        "test_server",
+    ),
+    # Attacks, fuzzing over HTTP, resources, fairness, hardening.
+    "hardening": (
+        "test_attacks",
+        "test_attacks_surfaces",
+        "test_fairness",
+        "test_fuzz_http",
+        "test_hardening",
+        "test_resources",
+    ),
+    # Duplex's own clients and the official SDK.
+    "clients": (
+        "test_browser",
+        "test_echo",
+        "test_mic",
+        "test_server_sdk",
+    ),
+    # Third-party Realtime clients, pinned and unmodified.
+    "conformance": ("conformance/test_conformance",),
+    # The wheel, the architecture, the static checks, the test corpus and this table.
+    "packaging": (
+        "test_architecture",
+        "test_groups",
+        "test_static",
+        "test_voices_corpus",
+        "test_wheel",
+    ),
+}
+
+_GROUP_OF = {module: group for group, modules in GROUPS.items() for module in modules}
+
+
+def module_name(path: Path) -> str | None:
+    """A test file's name in :data:`GROUPS` (None outside tests/)."""
+    try:
+        return path.resolve().relative_to(TESTS.resolve()).with_suffix("").as_posix()
+    except ValueError:
+        return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test with its module's part."""
+    for item in items:
+        group = _GROUP_OF.get(module_name(item.path) or "")
+        if group is not None:
+            item.add_marker(getattr(pytest.mark, group))
 
 
 @pytest.fixture(scope="session")

@@ -21,17 +21,7 @@ from duplex.app.clients.sounds import mix, noise, silence, speech, trim
 from duplex.app.core.limits import SessionLimits
 from duplex.app.harness.procs import rss_kib
 from duplex.app.harness.servers import ServerProcess
-from tests.util import until
-
-TEXT = {"type": "message", "role": "user"}
-
-
-def _url(port: int) -> str:
-    return f"ws://127.0.0.1:{port}/v1/realtime"
-
-
-def _text_item(text: str, **extra: object) -> dict[str, object]:
-    return {**TEXT, "content": [{"type": "input_text", "text": text}], **extra}
+from tests.util import text_item, until, ws_url
 
 
 async def _closed(
@@ -49,7 +39,7 @@ async def _closed(
 # -- 1: unsent bytes, whatever their source -------------------------------------------
 async def test_a_ping_flood_from_a_client_that_never_reads_is_dropped_with_memory_bounded(make_server):
     server = await make_server(max_unsent_bytes=64 * 1024)
-    ws = await websockets.connect(_url(server.port), max_size=None)
+    ws = await websockets.connect(ws_url(server.port), max_size=None)
     await ws.recv()
     ws.transport.pause_reading()  # never reads the pongs: they fill the kernel's buffers, then the server's
     rss0 = rss_kib(os.getpid())
@@ -90,7 +80,7 @@ async def test_playback_acks_with_no_reply_do_not_keep_a_session_alive(make_serv
 # -- 2: long text does not stall everyone ------------------------------------------------------
 async def test_an_oversized_text_item_is_refused_and_the_session_goes_on(server):
     c = await RealtimeClient.connect(server.port)
-    await c.send("conversation.item.create", item=_text_item("word " * 360_000))  # 1.8 MB
+    await c.send("conversation.item.create", item=text_item("word " * 360_000))  # 1.8 MB
     err = await c.until("error")
     assert err["error"]["code"] == "item_too_large"
     assert await c.say("a normal message")
@@ -102,7 +92,7 @@ async def test_the_longest_text_turn_does_not_hold_other_sessions(server):
     kept = await quiet.say("ping")
     limit = server.config.limits.max_item_chars
     await loud.update(pacing={"enabled": False})
-    await loud.send("conversation.item.create", item=_text_item(("All work and no play. " * limit)[:limit]))
+    await loud.send("conversation.item.create", item=text_item(("All work and no play. " * limit)[:limit]))
     await loud.send("response.create")
     loop = asyncio.get_running_loop()
     worst = 0.0
@@ -185,7 +175,7 @@ async def test_shutdown_is_prompt_whatever_recognition_is_queued():
 async def test_new_sessions_are_refused_when_the_memory_budget_is_spent(make_server):
     server = await make_server(memory_budget_mb=0)
     with pytest.raises(websockets.InvalidStatus) as info:
-        await websockets.connect(_url(server.port))
+        await websockets.connect(ws_url(server.port))
     assert info.value.response.status_code == 503
     assert 'duplex_refusals_total{kind="memory"} 1' in server.metrics_text()
 
@@ -199,7 +189,7 @@ async def test_the_conversation_is_bounded_and_the_servers_own_items_make_room(m
     await c.say("two")
     await c.send("response.create")  # the reply is the third item
     await c.until("response.done")
-    await c.send("conversation.item.create", item=_text_item("four"))
+    await c.send("conversation.item.create", item=text_item("four"))
     assert (await c.until("error"))["error"]["code"] == "conversation_full"
     await c.send("response.create")  # the server's own item: the oldest makes room
     deleted = await c.until("conversation.item.deleted")
@@ -230,7 +220,7 @@ async def test_deep_nesting_huge_integers_and_borrowed_ids_get_errors_and_the_se
     assert (await c.until("error"))["error"]["param"] == "input_samples"
     # Items under the ids the server would give its next items and reply.
     for n in range(1, 12):
-        await c.send("conversation.item.create", item=_text_item("mine", id=f"item_{session_id[-8:]}{n:05d}"))
+        await c.send("conversation.item.create", item=text_item("mine", id=f"item_{session_id[-8:]}{n:05d}"))
     await c.update(pacing={"enabled": False})
     await c.send("response.create")
     created = (await c.until("response.created"))["response"]
@@ -298,7 +288,7 @@ def test_an_empty_api_key_refuses_to_start(capsys, monkeypatch):
 async def test_a_client_that_stalls_mid_stream_gets_one_barge_in_position(server, talker):
     c = await RealtimeClient.connect(server.port)
     await c.update(turn_detection={"type": "server_vad", "create_response": False})
-    await c.send("conversation.item.create", item=_text_item("Tell me a long story. " * 6))
+    await c.send("conversation.item.create", item=text_item("Tell me a long story. " * 6))
     frame = 480
     lead = silence(0.6)
     for i in range(0, lead.size, frame):

@@ -29,12 +29,7 @@ from tests.test_hearing import SEMANTIC, hear, session
 from tests.test_listening import WINDOW
 from tests.test_session import ev, wire
 from tests.test_tools import WEATHER
-
-TEXT = {"type": "message", "role": "user"}
-
-
-def _text_item(text: str, **extra: object) -> dict[str, object]:
-    return {**TEXT, "content": [{"type": "input_text", "text": text}], **extra}
+from tests.util import text_item
 
 
 # -- 1: an id the server has promised is the server's ---------------------------------
@@ -44,7 +39,7 @@ def test_a_client_item_cannot_take_the_id_of_a_reply_message_still_to_be_announc
     start = next(o for o in s.feed(ev("response.create"), 0.0) if isinstance(o, StartReply))
     assert s.replies.active is not None
     promised = s.replies.active.item.id  # a reply that may call a function announces its message later
-    out = wire(s.feed(ev("conversation.item.create", item=_text_item("mine", id=promised)), 0.1))
+    out = wire(s.feed(ev("conversation.item.create", item=text_item("mine", id=promised)), 0.1))
     assert [o["type"] for o in out] == ["error"] and out[0]["error"]["code"] == "duplicate_item_id"
     words = OutputChunk(AudioBuffer.pcm(np.zeros(2400, np.int16), 24000, "engine"), 0, text="Hello.")
     out = wire(s.on_output(ChunkEvent(start.response_id, 2, 0, start.epoch, "talker", words), 0.2))
@@ -62,18 +57,18 @@ async def test_a_guessed_reply_item_id_gets_an_error_and_the_reply_completes(mak
     sid = c.events[0]["session"]["id"]
     await c.send("session.update", session={"tools": [WEATHER]})
     await c.until("session.updated")
-    await c.send("conversation.item.create", item=_text_item("Tell me a story."))
+    await c.send("conversation.item.create", item=text_item("Tell me a story."))
     added = await c.until("conversation.item.added")
     # The server's ids are a counter: the reply's message is the next one.
     n = int(added["item"]["id"][-5:])
     await c.send("response.create")
     await c.until("response.created")
-    await c.send("conversation.item.create", item=_text_item("mine", id=f"item_{sid[-8:]}{n + 1:05d}"))
+    await c.send("conversation.item.create", item=text_item("mine", id=f"item_{sid[-8:]}{n + 1:05d}"))
     error = await c.until("error")
     assert error["error"]["code"] == "duplicate_item_id"
     done = await c.until("response.done")
     assert done["response"]["status"] == "completed", "the session lives on and the reply ends"
-    await c.send("conversation.item.create", item=_text_item("still here"))
+    await c.send("conversation.item.create", item=text_item("still here"))
     assert (await c.until("conversation.item.added"))["item"]["content"][0]["text"] == "still here"
     await c.close()
 

@@ -17,6 +17,7 @@ import websockets
 from duplex.app.clients.simulated import SimulatedClient
 from duplex.app.clients.sounds import cough, mix, noise, silence, speech, trim, voiced_bounds
 from duplex.app.clients.verdicts import wer
+from tests.util import start_reply
 
 RATE = 24000
 LONG = " ".join(f"This is sentence number {i} of a long reply." for i in range(12))
@@ -33,16 +34,6 @@ async def connect(server, extensions: bool = True, **session) -> SimulatedClient
         await sim.sync()
         assert sim.of_type("session.updated"), [r.event for r in sim.events]
     return sim
-
-
-async def start_reply(sim: SimulatedClient, text: str) -> str:
-    await sim.send(
-        "conversation.item.create",
-        item={"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]},
-    )
-    await sim.send("response.create")
-    await sim.sync()
-    return sim.of_type("response.created")[-1].event["response"]["id"]
 
 
 @pytest.mark.parametrize("rate", [24000, 16000])

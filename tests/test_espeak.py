@@ -62,10 +62,10 @@ async def test_cancel_stops_synthesis_mid_utterance(espeak_runtime: EspeakRuntim
 
     await _idle(espeak_runtime)
     aborted = espeak_runtime.jobs_aborted
-    job = HeldJob(LONG_CLAUSE, "en-us", 160, loop)
+    job = HeldJob(loop, True, text=LONG_CLAUSE, voice="en-us", wpm=160)
     espeak_runtime.submit(job)
     assert await asyncio.to_thread(first_chunk.wait, 10)
-    job.cancelled.set()
+    job.cancel()
     release.set()
     await _idle(espeak_runtime)
     full = sum(len(w) for w in LONG_CLAUSE.split()) * 0.06 * 22050  # ~60 ms a letter, roughly
@@ -88,7 +88,7 @@ async def test_synthesis_runs_off_the_event_loop(espeak_runtime: EspeakRuntime):
                 inside.set()
                 release.wait(10)
 
-    job = HeldJob("Blocking test.", "en-us", 160, loop)
+    job = HeldJob(loop, True, text="Blocking test.", voice="en-us", wpm=160)
     espeak_runtime.submit(job)
     assert await asyncio.to_thread(inside.wait, 10)
     ticks = 0

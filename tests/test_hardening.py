@@ -25,18 +25,14 @@ from duplex.app.harness.servers import serving
 from duplex.pipeline.backends import Backends
 from duplex.pipeline.talker import TalkerError
 from duplex.pipeline.thinker import NOT_UNDERSTOOD
-from tests.util import stage_tasks, until
+from tests.util import stage_tasks, until, ws_url
 
 LONG = " ".join(f"This is sentence number {i} of a long reply." for i in range(20))
 
 
-def _url(port: int, query: str = "") -> str:
-    return f"ws://127.0.0.1:{port}/v1/realtime{query}"
-
-
 async def _refused(port: int, **kwargs) -> int:
     with pytest.raises(websockets.InvalidStatus) as info:
-        await websockets.connect(_url(port, kwargs.pop("query", "")), **kwargs)
+        await websockets.connect(ws_url(port, kwargs.pop("query", "")), **kwargs)
     return info.value.response.status_code
 
 
@@ -55,7 +51,7 @@ async def test_api_key_from_header_query_or_subprotocol(make_server, caplog):
         {"subprotocols": ["realtime", "openai-insecure-api-key.sekret"]},
     ):
         query = kwargs.pop("query", "")
-        ws = await websockets.connect(_url(server.port, query), **kwargs)
+        ws = await websockets.connect(ws_url(server.port, query), **kwargs)
         assert json.loads(await ws.recv())["type"] == "session.created"
         if "subprotocols" in kwargs:
             assert ws.subprotocol == "realtime", "the key subprotocol is never echoed back"
@@ -75,12 +71,12 @@ async def test_origin_allow_list_stops_cross_site_pages(make_server):
     server = await make_server()
     own = f"http://127.0.0.1:{server.port}"
     assert await _refused(server.port, origin="http://evil.example") == 403
-    ws = await websockets.connect(_url(server.port), origin=own)  # the server's own page
+    ws = await websockets.connect(ws_url(server.port), origin=own)  # the server's own page
     await ws.close()
-    ws = await websockets.connect(_url(server.port))  # no Origin: not a browser
+    ws = await websockets.connect(ws_url(server.port))  # no Origin: not a browser
     await ws.close()
     listed = await make_server(allowed_origins=("https://app.example",))
-    ws = await websockets.connect(_url(listed.port), origin="https://app.example")
+    ws = await websockets.connect(ws_url(listed.port), origin="https://app.example")
     await ws.close()
     assert await _refused(listed.port, origin=f"http://127.0.0.1:{listed.port}") == 403
 
@@ -149,7 +145,7 @@ async def test_reply_length_limit_ends_the_reply_and_stops_the_talker(make_serve
 
 async def test_idle_session_is_closed_with_a_reason(make_server):
     server = await make_server(idle_timeout_s=0.5)
-    ws = await websockets.connect(_url(server.port))
+    ws = await websockets.connect(ws_url(server.port))
     await ws.recv()  # session.created, then say nothing
     with pytest.raises(websockets.ConnectionClosed) as info:
         async with asyncio.timeout(10):
@@ -160,7 +156,7 @@ async def test_idle_session_is_closed_with_a_reason(make_server):
 
 async def test_a_client_that_stops_reading_is_closed_within_bounds(make_server):
     server = await make_server(stall_timeout_s=1.0)
-    ws = await websockets.connect(_url(server.port), max_size=None)
+    ws = await websockets.connect(ws_url(server.port), max_size=None)
     await ws.recv()
     sock = ws.transport.get_extra_info("socket")
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -192,7 +188,7 @@ async def test_a_client_that_stops_reading_a_paced_reply_is_closed_soon_after(ma
     # send buffer Linux grows to 4 MiB, that took ~a minute of a paced reply (64 KB/s of
     # base64), holding its slot. The client here is an ordinary one (buffers as is).
     server = await make_server(stall_timeout_s=1.0)
-    ws = await websockets.connect(_url(server.port), max_size=None)
+    ws = await websockets.connect(ws_url(server.port), max_size=None)
     await ws.recv()
     for event in (
         {

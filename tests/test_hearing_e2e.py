@@ -15,6 +15,7 @@ import pytest
 from duplex.app.clients.simulated import SimulatedClient
 from duplex.app.core.listening.bargein import LATE_MS
 from duplex.app.harness.voices import Clip, load_corpus, noise, resample, set_level, variant, wer
+from tests.util import start_reply
 
 RATE = 24000
 REPLY = " ".join(f"This is sentence number {i} of a long reply." for i in range(5))
@@ -43,14 +44,6 @@ async def semantic(make_server):
 
 async def connect(server) -> SimulatedClient:
     return await SimulatedClient.open(server.port, keep_audio=True)
-
-
-async def start_reply(sim: SimulatedClient) -> str:
-    item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": REPLY}]}
-    await sim.send("conversation.item.create", item=item)
-    await sim.send("response.create")
-    await sim.sync()
-    return str(sim.of_type("response.created")[-1].event["response"]["id"])
 
 
 @pytest.mark.parametrize(("name", "condition"), [("turn_05_am_michael", "clean"), ("turn_13_bm_george", "babble10")])
@@ -131,7 +124,7 @@ async def test_a_mid_sentence_pause_is_not_taken_over_and_what_was_prepared_leav
 @pytest.mark.parametrize("sound", ["bc_mhm_af_heart", "bc_okay_am_michael", "bc_i_see_joe", "babble", "music"])
 async def test_backchannels_and_noise_over_a_reply_duck_it_and_it_plays_on(semantic, sound):
     sim = await connect(semantic)
-    rid = await start_reply(sim)
+    rid = await start_reply(sim, REPLY)
     await sim.silence(1.5)
     base = sim.input_samples
     if sound in ("babble", "music"):
@@ -167,7 +160,7 @@ async def test_backchannels_and_noise_over_a_reply_duck_it_and_it_plays_on(seman
 async def test_a_natural_interruption_cancels_the_reply_at_what_was_heard(semantic):
     clip = CORPUS["turn_07_am_michael"]
     sim = await connect(semantic)
-    rid = await start_reply(sim)
+    rid = await start_reply(sim, REPLY)
     await sim.silence(2.0)
     base = sim.input_samples
     await sim.stream(variant(clip, "clean", RATE))
@@ -209,7 +202,7 @@ async def test_a_plain_realtime_client_gets_no_extension_events_and_one_that_ask
     heard = {}
     for asks in (False, True):
         sim = await SimulatedClient.open(semantic.port, keep_audio=True, extensions=asks)
-        rid = await start_reply(sim)
+        rid = await start_reply(sim, REPLY)
         await sim.silence(1.5)
         await sim.stream(
             np.concatenate([variant(CORPUS["bc_okay_am_michael"], "clean", RATE), np.zeros(RATE, np.int16)])

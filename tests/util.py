@@ -11,6 +11,26 @@ import pytest
 
 from duplex.app.clients.realtime import RealtimeClient
 from duplex.app.clients.simulated import SimulatedClient
+from duplex.app.core.protocol import REALTIME_PATH
+
+
+def ws_url(port: int, query: str = "") -> str:
+    """The Realtime WebSocket URL of a server on a loopback port."""
+    return f"ws://127.0.0.1:{port}{REALTIME_PATH}{query}"
+
+
+def text_item(text: str, **extra: object) -> dict[str, object]:
+    """A user message item of ``text`` (the shape of ``conversation.item.create``)."""
+    return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}], **extra}
+
+
+async def start_reply(sim: SimulatedClient, text: str) -> str:
+    """Type ``text`` as the user's, ask for the reply, and return its response id once
+    everything sent so far has taken effect."""
+    await sim.send("conversation.item.create", item=text_item(text))
+    await sim.send("response.create")
+    await sim.sync()
+    return str(sim.of_type("response.created")[-1].event["response"]["id"])
 
 
 async def until(predicate: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:

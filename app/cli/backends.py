@@ -98,13 +98,16 @@ class BackendChoice:
 
 
 async def build(choice: BackendChoice) -> Backends:
-    """Every backend, validated and started; raises BackendError with the reason."""
+    """Every backend, validated and started; raises BackendError with the reason.
+
+    The talker and vocoder are ready once built; the thinker, the recogniser and the
+    end-of-turn model are started here (see :mod:`duplex.pipeline.backends`)."""
     recognizer = _recognizer(choice)  # checked first: it starts nothing yet
     talker, vocoder = await _voice(choice)
     try:
         thinker = await _thinker(choice, talker)
     except BaseException:
-        await talker.aclose()  # started already: stop it rather than leak it
+        await Backends(talker, vocoder).aclose()  # started already: stop them rather than leak them
         raise
     from duplex.pipeline.detectors.silero_vad import SileroVad
 

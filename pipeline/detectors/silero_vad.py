@@ -58,6 +58,9 @@ class SileroVad:
     def stream(self) -> SileroStream:
         return SileroStream(self)
 
+    async def aclose(self) -> None:
+        """Nothing to stop: the session runs on its callers' threads and is freed with this object."""
+
 
 class SileroStream:
     """One stream's context and recurrent state."""

@@ -14,16 +14,15 @@ from __future__ import annotations
 
 import io
 import wave
-from typing import Any
 
 import httpx
 import numpy as np
 import soxr
 
+from duplex.pipeline.openai_http import check_model, one_line, reason
+
 RATE = 16000
 """What the upload is resampled to: Whisper's rate, and the smallest WAV that keeps all it hears."""
-DETAIL = 200
-"""Characters of a server's error message kept in ours."""
 
 
 class TranscriptionError(RuntimeError):
@@ -48,26 +47,6 @@ def wav_bytes(pcm: np.ndarray, rate: int) -> bytes:
         w.setframerate(RATE)
         w.writeframes(np.asarray(pcm, dtype="<i2").tobytes())
     return buf.getvalue()
-
-
-def reason(response: httpx.Response) -> str:
-    """One line saying why the server refused: its error message if it sent one in
-    a known shape (OpenAI's ``{"error": {"message"}}``, FastAPI's ``{"detail"}``), else its body."""
-    message: Any = None
-    try:
-        body: Any = response.json()
-    except ValueError:
-        body = None
-    # OpenAI and vLLM: {"error": {"message": ...}}; FastAPI: {"detail": ...}, which
-    # faster-whisper-server fills with OpenAI's shape; older vLLM: {"message": ...}.
-    for key in ("error", "detail", "error", "message"):
-        if isinstance(body, dict) and key in body:
-            body = body[key]
-            message = body
-    if not isinstance(message, str):
-        message = response.text if message is None else str(message)
-    line = " ".join(message.split()) or response.reason_phrase
-    return line if len(line) <= DETAIL else line[: DETAIL - 3] + "..."
 
 
 class OpenAIRecognizer:
@@ -100,27 +79,15 @@ class OpenAIRecognizer:
         """Check the server answers and serves the model, then transcribe half a second
         of silence (which also loads a lazily loaded model before the first turn).
 
-        ``GET /v1/models`` names what an OpenAI-compatible server serves. A server
-        without that route (faster-whisper-server) is checked by the transcription
-        alone; that server reads the model from a ``model_name`` field, not
-        OpenAI's ``model``, so such a server is sent both (vLLM, which has the route,
-        would log the unknown field on every request).
+        ``GET /v1/models`` names what an OpenAI-compatible server serves (checked as
+        :mod:`~duplex.pipeline.openai_http` says). A server without that route
+        (faster-whisper-server) is checked by the transcription alone; that server
+        reads the model from a ``model_name`` field, not OpenAI's ``model``, so such a
+        server is sent both (vLLM, which has the route, would log the unknown field
+        on every request).
         """
-        try:
-            r = await self._client.get("/v1/models")
-        except httpx.HTTPError as exc:
-            raise ValueError(f"the transcription server {self.url} is not reachable: {_one_line(exc)}") from None
-        if r.status_code in (404, 405):
+        if not await check_model(self._client, self.model, f"the transcription server {self.url}"):
             self._fields["model_name"] = self.model
-        elif r.status_code != 200:
-            raise ValueError(f"the transcription server {self.url} answered {r.status_code} to /v1/models: {reason(r)}")
-        else:
-            try:
-                served = [m.get("id") for m in r.json().get("data", [])]
-            except (ValueError, AttributeError):
-                served = []
-            if served and self.model not in served:
-                raise ValueError(f"the transcription server {self.url} serves {served}, not {self.model!r}")
         try:
             await self.transcribe(np.zeros(RATE // 2, np.int16), RATE)
         except TranscriptionError as exc:
@@ -141,7 +108,7 @@ class OpenAIRecognizer:
         try:
             r = await self._client.post("/v1/audio/transcriptions", data=self._fields, files=files)
         except httpx.HTTPError as exc:
-            raise TranscriptionError(self.url, None, _one_line(exc)) from None
+            raise TranscriptionError(self.url, None, one_line(exc)) from None
         if r.status_code != 200:
             raise TranscriptionError(self.url, r.status_code, reason(r))
         try:
@@ -153,7 +120,3 @@ class OpenAIRecognizer:
     async def aclose(self) -> None:
         """Close the connections."""
         await self._client.aclose()
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__

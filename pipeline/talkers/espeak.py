@@ -1,7 +1,8 @@
 """The built-in voice: eSpeak NG through ``espeakng-loader`` and ctypes.
 
-The library is process-global C state, so one worker thread owns it and a
-module lock serialises every call into it. Synthesis runs ~1000x faster than
+The library is process-global C state, so one worker thread owns it (a
+:class:`~duplex.pipeline.talkers.pool.SynthesisPool` of one) and a module lock
+serialises every call into it. Synthesis runs ~1000x faster than
 real time, so the thread is never the bottleneck; what must not happen is a
 slow listener holding the library. Text is therefore synthesised a clause at a
 time: a clause is handed over as it is made (it streams), the next clause is
@@ -13,8 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import itertools
-import queue
 import re
 import threading
 from collections.abc import AsyncIterator
@@ -26,7 +25,8 @@ import espeakng_loader
 import numpy as np
 
 from duplex.pipeline.frames import AudioBuffer
-from duplex.pipeline.talker import SpeechRequest, TalkerChunk, TalkerError, WordMark
+from duplex.pipeline.talker import OpenAIVoice, SpeechRequest, TalkerChunk, TalkerError, WordMark, is_openai_voice
+from duplex.pipeline.talkers.pool import PoolJob, SynthesisPool
 
 
 class _Library:
@@ -111,7 +111,7 @@ DEFAULT_WPM = 160
 MAX_CLAUSE_CHARS = 160
 
 # OpenAI's voice names map onto eSpeak voices so unmodified Realtime clients work.
-VOICE_ALIASES = {
+VOICE_ALIASES: dict[OpenAIVoice, str] = {
     "alloy": "en-us+klatt2",
     "ash": "en-us+m3",
     "ballad": "en-us+m5",
@@ -157,26 +157,23 @@ _END = object()
 
 
 @dataclass(eq=False)
-class _Job:
-    """One clause to synthesise, and the way its output gets back to the loop."""
+class _Job(PoolJob):
+    """One clause to synthesise; its audio streams back to the loop as it is made.
 
-    text: str
-    voice: str
-    wpm: int
-    loop: asyncio.AbstractEventLoop
+    The queue gets ``(samples, words)`` pieces, then ``_END`` (or a :class:`TalkerError`).
+    """
+
+    text: str = ""
+    voice: str = ""
+    wpm: int = DEFAULT_WPM
     out: asyncio.Queue[object] = field(default_factory=asyncio.Queue)
-    cancelled: threading.Event = field(default_factory=threading.Event)
-    first: bool = True
-    """The first clause of a reply: someone is waiting to hear it."""
     samples: int = 0
     aborted: bool = False
+    """Stopped mid-utterance because the reply was cancelled."""
 
     def deliver(self, item: object) -> None:
         """Hand an item to the event loop without blocking this thread."""
-        try:
-            self.loop.call_soon_threadsafe(self.out.put_nowait, item)
-        except RuntimeError:  # the loop is gone: nobody is listening any more
-            self.cancelled.set()
+        self.call_in_loop(self.out.put_nowait, item)
 
 
 def split_for_speech(text: str, max_chars: int = MAX_CLAUSE_CHARS) -> list[tuple[int, str]]:
@@ -205,7 +202,10 @@ def _split_long(offset: int, piece: str, max_chars: int, out: list[tuple[int, st
 
 
 class EspeakRuntime:
-    """Owns the eSpeak NG library on one worker thread; shared by every session."""
+    """Owns the eSpeak NG library on one worker thread; shared by every session.
+
+    The thread is a pool of one: the library is one instance with one callback.
+    """
 
     def __init__(self) -> None:
         try:
@@ -213,22 +213,10 @@ class EspeakRuntime:
         except (OSError, TalkerError) as exc:
             raise TalkerError(f"eSpeak NG failed to start: {exc}") from None
         self.sample_rate = _Library.sample_rate
-        # A reply's first clause jumps the queue: it is what the listener waits
-        # for, while later clauses are wanted only when buffered audio runs low.
-        self._jobs: queue.PriorityQueue[tuple[int, int, _Job | None]] = queue.PriorityQueue()
-        self._order = itertools.count()
         self._current: _Job | None = None
         self._callback = _CALLBACK(self._on_audio)  # kept referenced: C holds the pointer
-        self._idle = threading.Condition()
-        self._outstanding = 0
-        self.jobs_started = 0
-        self.jobs_completed = 0
-        self.jobs_aborted = 0
-        """Clauses stopped mid-synthesis because their reply was cancelled."""
-        self.jobs_skipped = 0
-        """Clauses cancelled before synthesis began."""
-        self._thread = threading.Thread(target=self._run, name="espeak", daemon=True)
-        self._thread.start()
+        # Not niced: a clause takes a millisecond or two, and a listener waits for the first.
+        self.pool: SynthesisPool[_Job] = SynthesisPool(self._make, workers=1, nice=None, name="espeak")
         self._voice_names = self._list_voices()
         self._variants = self._list_variants()
 
@@ -249,26 +237,31 @@ class EspeakRuntime:
         folder = Path(espeakng_loader.get_data_path()) / "voices" / "!v"
         return sorted(p.name.lower() for p in folder.iterdir()) if folder.is_dir() else []
 
-    def _run(self) -> None:
-        while (job := self._jobs.get()[2]) is not None:
-            try:
-                if job.cancelled.is_set():
-                    self.jobs_skipped += 1
-                    continue
-                self.jobs_started += 1
-                self._synthesise(job)
-            except Exception as exc:  # a failed clause fails its reply, not the thread
-                job.deliver(TalkerError(str(exc)))
-            else:
-                if job.aborted:
-                    self.jobs_aborted += 1
-                else:
-                    self.jobs_completed += 1
-                    job.deliver(_END)
-            finally:
-                with self._idle:
-                    self._outstanding -= 1
-                    self._idle.notify_all()
+    @property
+    def jobs_started(self) -> int:
+        """Clauses whose synthesis began."""
+        return self.pool.started
+
+    @property
+    def jobs_completed(self) -> int:
+        """Clauses synthesised to their end and delivered."""
+        return self.pool.made
+
+    @property
+    def jobs_aborted(self) -> int:
+        """Clauses stopped mid-synthesis because their reply was cancelled."""
+        return self.pool.stopped - self.pool.skipped
+
+    @property
+    def jobs_skipped(self) -> int:
+        """Clauses cancelled before synthesis began."""
+        return self.pool.skipped
+
+    def _make(self, job: _Job) -> object:
+        """Synthesise ``job`` (its audio streams out through the callback): ``_END``
+        when done. A cancelled job's end is not delivered (the pool sees the cancel)."""
+        self._synthesise(job)
+        return _END
 
     def _synthesise(self, job: _Job) -> None:
         data = job.text.encode("utf-8") + b"\0"
@@ -314,17 +307,12 @@ class EspeakRuntime:
         return 0
 
     def submit(self, job: _Job) -> None:
-        """Queue a clause for the worker thread."""
-        if not self._thread.is_alive():
-            raise TalkerError("eSpeak NG worker has stopped")
-        with self._idle:
-            self._outstanding += 1
-        self._jobs.put((0 if job.first else 1, next(self._order), job))
+        """Queue a clause for the worker thread (a reply's first clause goes first)."""
+        self.pool.submit(job)
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Block until every submitted clause has been synthesised, aborted or skipped."""
-        with self._idle:
-            return self._idle.wait_for(lambda: self._outstanding == 0, timeout)
+        return self.pool.wait_idle(timeout)
 
     def voices(self) -> list[str]:
         """Every voice (language) eSpeak NG knows; add a variant with ``+name``."""
@@ -335,11 +323,11 @@ class EspeakRuntime:
         return list(self._variants)
 
     def close(self) -> None:
-        """Stop the worker thread after its current clause."""
-        if self._current is not None:
-            self._current.cancelled.set()
-        self._jobs.put((2, next(self._order), None))
-        self._thread.join(timeout=5)
+        """Stop the worker thread: the clause being made stops now, queued ones are made first."""
+        current = self._current
+        if current is not None:
+            current.cancel()
+        self.pool.close()
 
 
 class EspeakTalker:
@@ -363,7 +351,7 @@ class EspeakTalker:
         if not voice:
             return self.default_voice
         voice = voice.removeprefix("espeak:")  # the name the neural voice knows it by
-        return VOICE_ALIASES.get(voice, voice)
+        return VOICE_ALIASES[voice] if is_openai_voice(voice) else voice
 
     def check_voice(self, voice: str) -> None:
         """Raise ValueError if eSpeak NG cannot speak with ``voice``."""
@@ -381,7 +369,7 @@ class EspeakTalker:
         wpm = int(min(450, max(80, round(self.wpm * request.speed))))
         base = 0
         for index, (offset, clause) in enumerate(split_for_speech(request.text)):
-            job = _Job(clause, voice, wpm, loop, first=index == 0)
+            job = _Job(loop, index == 0, text=clause, voice=voice, wpm=wpm)
             self.runtime.submit(job)
             try:
                 while (item := await job.out.get()) is not _END:
@@ -392,7 +380,7 @@ class EspeakTalker:
                     yield TalkerChunk(AudioBuffer(samples, "pcm16", self.sample_rate, self.name), marks)
                 base += job.samples
             finally:
-                job.cancelled.set()
+                job.cancel()
 
     async def aclose(self) -> None:
         if self._own_runtime:

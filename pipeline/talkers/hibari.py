@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
 
-from duplex.pipeline.talker import SpeechRequest, TalkerChunk
+from duplex.pipeline.talker import DEFAULT_VOICE, OPENAI_VOICES, SpeechRequest, TalkerChunk, is_openai_voice
 from duplex.pipeline.talkers import espeak
 from duplex.pipeline.talkers.pool import Cancelled, Job, SynthesisPool
 from duplex.pipeline.talkers.segments import FIRST_WORDS, speech_chunks
@@ -76,7 +76,7 @@ FILES = tuple(PackagedFile("hibari-tts", VERSION, f"hibari/assets/{name}", sha) 
 MODEL = FILES[0]
 
 VOICE = "heart"
-NAMES = ("alloy", VOICE)
+NAMES = (DEFAULT_VOICE, VOICE)
 """The names this voice answers to: OpenAI's default and its own."""
 ESPEAK_PREFIX = "espeak:"
 
@@ -177,7 +177,7 @@ class HibariTalker:
         fallback: espeak.EspeakTalker | None = None,
         *,
         kokoro: KokoroTalker | None = None,
-        default_voice: str = "alloy",
+        default_voice: str = DEFAULT_VOICE,
     ) -> None:
         self._own_runtime = runtime is None
         self.runtime = runtime or HibariRuntime()
@@ -195,10 +195,12 @@ class HibariTalker:
     def names(self) -> list[str]:
         """The voice names besides eSpeak NG's: this voice's, then Kokoro's (OpenAI's names
         first), or only OpenAI's names when Kokoro is not loaded (they speak with this voice)."""
-        from duplex.pipeline.talkers.kokoro import VOICE_ALIASES
-        from duplex.pipeline.talkers.kokoro_model import VOICES
+        others: tuple[str, ...] = OPENAI_VOICES
+        if self.kokoro is not None:
+            from duplex.pipeline.talkers.kokoro import VOICE_ALIASES
+            from duplex.pipeline.talkers.kokoro_model import VOICES
 
-        others = (*VOICE_ALIASES, *VOICES) if self.kokoro is not None else tuple(VOICE_ALIASES)
+            others = (*VOICE_ALIASES, *VOICES)
         return [*NAMES, *(n for n in others if n not in NAMES)]
 
     def _route(self, voice: str) -> Route:
@@ -236,7 +238,7 @@ class HibariTalker:
                 self.runtime.making,
                 extra={"response": request_id},
             )
-            route, chosen = "espeak", ESPEAK_PREFIX + (voice if voice in espeak.VOICE_ALIASES else "alloy")
+            route, chosen = "espeak", ESPEAK_PREFIX + (voice if is_openai_voice(voice) else DEFAULT_VOICE)
         reply = self._replies[request_id] = _Reply(route, chosen)
         while len(self._replies) > REPLIES_KEPT:
             self._replies.popitem(last=False)

@@ -35,7 +35,7 @@ from typing import Any, cast
 import numpy as np
 
 from duplex.pipeline.niceness import built_at
-from duplex.pipeline.talker import SpeechRequest, TalkerChunk
+from duplex.pipeline.talker import DEFAULT_VOICE, OpenAIVoice, SpeechRequest, TalkerChunk, is_openai_voice
 from duplex.pipeline.talkers import espeak
 from duplex.pipeline.talkers.kokoro_model import MODEL_SHA256, VOICES, KokoroModel
 from duplex.pipeline.talkers.pool import Cancelled, Job, SynthesisPool
@@ -53,7 +53,7 @@ REPLIES_KEPT = 256
 
 
 # OpenAI's voice names map onto Kokoro voices, so unmodified Realtime clients work.
-VOICE_ALIASES = {
+VOICE_ALIASES: dict[OpenAIVoice, str] = {
     "alloy": "af_heart",
     "marin": "af_bella",
     "coral": "af_nicole",
@@ -156,7 +156,7 @@ class KokoroTalker:
         runtime: KokoroRuntime | None = None,
         fallback: espeak.EspeakTalker | None = None,
         *,
-        default_voice: str = "alloy",
+        default_voice: str = DEFAULT_VOICE,
     ) -> None:
         self._own_runtime = runtime is None
         self.runtime = runtime or KokoroRuntime()
@@ -171,7 +171,7 @@ class KokoroTalker:
     def resolve_voice(self, voice: str | None) -> str:
         """An OpenAI voice name, a Kokoro voice, or ``espeak:<voice>`` (returned as is)."""
         voice = voice or self.default_voice
-        return VOICE_ALIASES.get(voice, voice)
+        return VOICE_ALIASES[voice] if is_openai_voice(voice) else voice
 
     def check_voice(self, voice: str) -> None:
         """Raise ValueError if ``voice`` is neither a Kokoro voice nor an eSpeak NG one."""

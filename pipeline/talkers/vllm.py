@@ -23,8 +23,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from duplex.pipeline.frames import CODES, AudioBuffer
+from duplex.pipeline.openai_http import check_model, reason
 from duplex.pipeline.state import StateMismatch, artifact_id
-from duplex.pipeline.talker import SpeechRequest, TalkerChunk, TalkerError, WordMark
+from duplex.pipeline.talker import SpeechRequest, TalkerChunk, TalkerError, WordMark, is_openai_voice
 from duplex.pipeline.talkers.codec import CodecLayout, FrameAssembler
 
 SUPPORTED_ARCHITECTURES = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"}
@@ -180,15 +181,8 @@ class RemoteEngine:
         self._client = httpx.AsyncClient(base_url=self.url, timeout=httpx.Timeout(60.0, connect=5.0))
 
     async def start(self) -> None:
-        """Check the server answers and serves the model."""
-        try:
-            r = await self._client.get("/v1/models")
-            r.raise_for_status()
-        except Exception as exc:
-            raise ValueError(f"the vLLM server at {self.url} is not reachable: {exc}") from None
-        served = [m["id"] for m in r.json().get("data", [])]
-        if self.model not in served:
-            raise ValueError(f"the vLLM server at {self.url} serves {served}, not {self.model!r}")
+        """Check the server answers and serves the model (see :mod:`~duplex.pipeline.openai_http`)."""
+        await check_model(self._client, self.model, f"the vLLM server at {self.url}")
 
     async def encode(self, text: str) -> list[int]:
         r = await self._client.post(
@@ -210,7 +204,8 @@ class RemoteEngine:
             "POST", "/v1/completions", json=body, headers={"X-Request-Id": request_id}
         ) as response:
             if response.status_code != 200:
-                raise TalkerError(f"vLLM server answered {response.status_code}: {(await response.aread())[:200]!r}")
+                await response.aread()
+                raise TalkerError(f"vLLM server answered {response.status_code}: {reason(response)}")
             async for line in response.aiter_lines():
                 if not line.startswith("data: ") or line == "data: [DONE]":
                     continue
@@ -226,9 +221,6 @@ class RemoteEngine:
 
     async def close(self) -> None:
         await self._client.aclose()
-
-
-OPENAI_VOICES = {"alloy", "ash", "ballad", "coral", "echo", "sage", "shimmer", "verse", "marin", "cedar"}
 
 
 class CodecTalker:
@@ -252,7 +244,8 @@ class CodecTalker:
         return list(self.layout.voices) or [self.layout.default_voice]
 
     def resolve_voice(self, voice: str | None) -> str:
-        if not voice or voice in OPENAI_VOICES:
+        """OpenAI's voice names (and none) speak with the layout's default voice."""
+        if not voice or is_openai_voice(voice):
             return self.layout.default_voice
         return voice
 

@@ -12,6 +12,7 @@ import re
 from collections.abc import AsyncIterator
 from typing import Any
 
+from duplex.pipeline.openai_http import check_model, reason
 from duplex.pipeline.thinker import ThinkRequest
 from duplex.pipeline.tools import ToolCallDelta, calls_allowed, chat_tool_choice, chat_tools
 
@@ -46,15 +47,8 @@ class OpenAIChatThinker:
         )
 
     async def start(self) -> None:
-        """Check the endpoint answers and serves the model."""
-        try:
-            r = await self._client.get("/v1/models")
-            r.raise_for_status()
-        except Exception as exc:
-            raise ValueError(f"the chat endpoint {self.url} is not reachable: {exc}") from None
-        served = [m.get("id") for m in r.json().get("data", [])]
-        if served and self.model not in served:
-            raise ValueError(f"the chat endpoint {self.url} serves {served}, not {self.model!r}")
+        """Check the endpoint answers and serves the model (see :mod:`~duplex.pipeline.openai_http`)."""
+        await check_model(self._client, self.model, f"the chat endpoint {self.url}")
 
     def messages(self, request: ThinkRequest) -> list[dict[str, Any]]:
         msgs = [dict(m) for m in request.messages]
@@ -80,8 +74,8 @@ class OpenAIChatThinker:
             "POST", "/v1/chat/completions", json=body, headers={"X-Request-Id": request.request_id}
         ) as response:
             if response.status_code != 200:
-                detail = (await response.aread())[:300]
-                raise RuntimeError(f"chat endpoint answered {response.status_code}: {detail!r}")
+                await response.aread()
+                raise RuntimeError(f"chat endpoint answered {response.status_code}: {reason(response)}")
             async for line in response.aiter_lines():
                 if not line.startswith("data: ") or line == "data: [DONE]":
                     continue

@@ -135,6 +135,9 @@ class VllmChatThinker:
                 i, call.id or call_id(request.request_id, i), call.function.name, call.function.arguments
             )
 
+    async def start(self) -> None:
+        """Nothing to check: its engine is started by whoever builds it (it may be the talker's)."""
+
     async def aclose(self) -> None:
         if self.owns_engine:
             await self.engine.close()

@@ -60,3 +60,6 @@ class PcmVocoder:
 
     def open(self, input_rate: int, output_rate: int) -> PcmResampleStream:
         return PcmResampleStream(input_rate, output_rate, quality=self.quality)
+
+    async def aclose(self) -> None:
+        """Nothing held: each stream's state goes with the stream."""

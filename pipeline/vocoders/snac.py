@@ -144,3 +144,7 @@ class SnacVocoder:
 
     def open(self, input_rate: float, output_rate: int) -> SnacStream:
         return SnacStream(self, output_rate)
+
+    async def aclose(self) -> None:
+        """Let the model go (its memory, on a GPU too, is freed once nothing else holds it)."""
+        self.model = None

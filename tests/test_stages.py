@@ -11,6 +11,7 @@ from duplex.pipeline.stages import OutputChunk, ReplyStages, StageQueues, Stream
 from duplex.pipeline.stream import ChunkEvent
 from duplex.pipeline.talker import SpeechRequest, TalkerError
 from duplex.pipeline.talkers.espeak import EspeakRuntime, EspeakTalker
+from duplex.pipeline.thinker import ThinkRequest
 from duplex.pipeline.vocoders.pcm import PcmVocoder
 from tests.util import stage_tasks, until
 
@@ -132,3 +133,56 @@ async def test_talker_failure_fails_the_reply_and_leaves_no_task(talker: EspeakT
         await reply.run(sink)
     assert info.group_contains(TalkerError)
     assert stage_tasks() == []
+
+
+class _SilentFirst:
+    """Says nothing for a segment with "Hush" in it, the rest in eSpeak NG's voice."""
+
+    name = "silent-first"
+
+    def __init__(self, inner: EspeakTalker) -> None:
+        self.inner = inner
+
+    async def speak(self, request):
+        if "Hush" in request.text:
+            return
+        async for chunk in self.inner.speak(request):
+            yield chunk
+
+
+class _Script:
+    """A thinker that says its deltas."""
+
+    name = "script"
+    tools = False
+
+    def __init__(self, *deltas: str) -> None:
+        self.deltas = deltas
+
+    async def think(self, request):
+        for delta in self.deltas:
+            yield delta
+
+
+async def test_a_segment_that_makes_no_sound_keeps_its_text_and_opens_no_stream(talker: EspeakTalker):
+    """The text of a silent segment rides on a text-only chunk, which must not open the
+    vocoder at its own rate: the talker's audio that follows is at 22050 Hz."""
+    reply = ReplyStages(
+        _SilentFirst(talker),
+        PcmVocoder(),
+        SpeechRequest("r", ""),
+        epoch=1,
+        output_rate=24000,
+        thinker=_Script("Hush, ", "and now some speech."),
+        think=ThinkRequest("r", ()),
+    )
+    got: list[OutputChunk] = []
+
+    async def sink(ev: ChunkEvent) -> None:
+        got.append(ev.payload)
+
+    await reply.run(sink)
+    assert "".join(c.text for c in got) == "Hush, and now some speech."
+    assert got[0].text == "Hush," and got[0].audio.length == 0 and got[0].audio.rate == 24000
+    assert sum(c.audio.length for c in got) > 0.5 * 24000
+    assert all(c.audio.rate == 24000 for c in got)
