@@ -44,6 +44,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "test_states",
         "test_tool_settings",
         "test_tools",
+        "test_turn_taking",
         "test_wire",
     ),
     # Backends and the pipeline: talkers, vocoders, recognisers, VAD, vLLM, stages, stream.
