@@ -40,11 +40,6 @@ class SessionClock:
         self._ref_wall = start_wall
         self._streaming_ever = False
 
-    @property
-    def input_seconds(self) -> float:
-        """Seconds of input audio received."""
-        return self._input_s
-
     def use_input_only(self, wall: float) -> None:
         """From now on only input moves time (time stays where it is now)."""
         if not self.input_only:

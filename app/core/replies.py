@@ -3,11 +3,11 @@
 Sans-I/O like the session they belong to: methods return typed server events and
 actions; time comes in as arguments. The reply side sees only a narrow
 :class:`SessionContext` of its session (ids, the clock, the settings in force, its
-limits and the conversation). A reply is *active* from ``response.created`` to
-``response.done``, and *heard* until the client has played everything it was
-sent, which with pacing is up to the lead later. A barge-in can land in either:
-an active reply is cancelled and truncated, a reply still being heard is
-truncated. Its phases and their moves are data (:mod:`~duplex.app.core.reply_state`).
+limits and the conversation). A reply is *running* (the session's ``active`` one)
+from ``response.created`` to ``response.done``, and *playing out* until the client
+has played everything it was sent, which with pacing is up to the lead later. A
+barge-in can land in either: a running reply is cancelled and cut, a reply playing
+out is cut. Its phases and their moves are data (:mod:`~duplex.app.core.reply_state`).
 A reply's output is its message (audio or text) and any function calls the thinker
 makes, each an output item in order.
 
