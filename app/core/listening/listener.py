@@ -71,6 +71,9 @@ class Hearing(Enum):
 
 
 class HearingEvent(Enum):
+    """What the listener hears: speech beginning, a window of speech or of silence, a
+    pause considered, the speech ended (a turn or not)."""
+
     ONSET = "onset"
     SPEECH = "speech"
     SILENCE = "silence"
