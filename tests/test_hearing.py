@@ -377,6 +377,27 @@ def test_a_turn_ends_where_its_words_did_while_quieter_babble_goes_on():
     assert not of(Started, out), "the babble does not start speech of its own"
 
 
+def test_words_no_partial_heard_stop_do_not_end_the_speech():
+    """A busy recogniser skips partials: "Sorry" heard, then none for two seconds of "to
+    interrupt you there" (softer than its stressed first word) is not the end of the words,
+    and the rest of the barge-in is not taken for the sound behind the user."""
+    ears = Listener(Script([0.9] * 400), RATE, SEMANTIC, floor_dbfs=float("-inf"), ears=HEARS_ALL)
+    out = feed(ears, 8, replying=True)
+    [first] = of(Partial, out)
+    ears.on_partial("Sorry", first.upto)
+    softer = np.full(WINDOW, 1200, np.int16)  # 8 dB under the first word: a stall's drop
+    out = feed(ears, 60, pcm=softer, replying=True)  # its partials are never answered
+    assert not of(Stopped, out) and ears.in_speech, "the speech went on while no partial heard it"
+    assert of(Interrupt, out), "and it interrupted the reply"
+    # A partial that hears no new word for STALL_MS of it: now the words have stopped.
+    later = of(Partial, out)[-1]
+    assert later.upto - first.upto >= ms(800)
+    ears.on_partial("Sorry", later.upto)
+    out = feed(ears, 30, pcm=softer, replying=True)
+    [stopped] = of(Stopped, out)
+    assert stopped.speech_end == first.upto and of(Turn, out), "the turn ended where its words did"
+
+
 def test_speech_over_a_reply_is_transcribed_sooner_so_an_interruption_is_judged_sooner():
     ears = Listener(Script([0.9] * 60), RATE, SEMANTIC, floor_dbfs=float("-inf"), ears=HEARS_ALL)
     out = feed(ears, 24, replying=True)  # 768 ms of speech over a reply: it ducks, and is judged

@@ -154,7 +154,7 @@ class Listener:
                     self._speech_end = w.end
                     out += self._start(w.start, replying)
                     self.levels.speech(w.level)
-            elif w.probability >= self.td.threshold - HYSTERESIS and not self._background(w.end, w.level):
+            elif w.probability >= self.td.threshold - HYSTERESIS and not self._background(w.level):
                 was = self._move(HearingEvent.SPEECH)
                 if was is Hearing.PAUSE_SEEN:
                     out.append(Continued())  # what was prepared for that pause is void
@@ -181,12 +181,12 @@ class Listener:
         self._trim()
         return out
 
-    def _background(self, now: int, level_db: float) -> bool:
+    def _background(self, level_db: float) -> bool:
         """Whether a speech-like window is the sound behind the user: their words have
         stopped (see :mod:`~duplex.app.core.listening.stall`) and it is quieter than they were."""
         if not self._stall_on:
             return False
-        if self.stall.at is None and not self._silent and (stopped := self.stall.stalled(now)) is not None:
+        if self.stall.at is None and not self._silent and (stopped := self.stall.stalled()) is not None:
             self._speech_end = stopped  # the turn's speech ended where its words did
         return self.stall.background(level_db)
 

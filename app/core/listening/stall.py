@@ -10,7 +10,14 @@ the silence after speech (for ``semantic_vad``, which asks the end-of-turn model
 and the transcript as it would at any pause). Words that grow again, or sound back
 at the user's level, end the stall.
 
-A transcript alone is not enough: a recogniser that lags (a partial stuck on "I need
+The words must be *heard* not to grow: a partial must have come back for audio
+:data:`STALL_MS` past the last new word with the same words in it. Partials are spare
+work (a busy recogniser skips them), and Whisper drops a guess it is unsure of (the
+start of a word, cut off): time without a partial, or a partial of fewer words or
+none, says nothing about the words. "Sorry" heard, then nothing for a second, is not
+the end of "Sorry to interrupt you there".
+
+A transcript alone is not enough either: a recogniser that lags (a partial stuck on "I need
 a recipe" while the user says "for a quick vegetarian dinner") would end turns mid-
 sentence; the level rules that out, since the user is still speaking at their level.
 """
@@ -24,7 +31,7 @@ from collections import deque
 from duplex.app.core.units import ms_to_samples
 
 STALL_MS = 800
-"""Words not growing for this long (two partials), and..."""
+"""Words heard not to grow over this much audio (two partials or more), and..."""
 DROP_DB = 6.0
 """...the sound since this much quieter than the speech before: the words have ended."""
 _WORD = re.compile(r"[\w']+")
@@ -42,6 +49,7 @@ class Stall:
         """A new segment began at input sample ``onset``."""
         self.words = 0
         self.grew_at = onset  # input sample where the words last grew (the partial's end)
+        self.heard_to = onset  # input sample up to which a partial heard the same words
         self._before = [0.0, 0]  # power sum and count of speech windows up to grew_at
         self._since: deque[tuple[int, float]] = deque()  # (end, power) of speech windows after it
         self.at: int | None = None
@@ -57,19 +65,22 @@ class Stall:
     def heard(self, text: str, upto: int) -> None:
         """A partial transcript of the segment up to input sample ``upto``."""
         n = len(_WORD.findall(text))
+        if n == self.words:  # the same words, over more audio: heard not to grow
+            self.heard_to = max(self.heard_to, upto)
         if n <= self.words:
-            return
-        self.words, self.grew_at, self.at = n, upto, None
+            return  # (fewer, or none: a recogniser unsure of a word cut short, not words that stopped)
+        self.words, self.grew_at, self.heard_to, self.at = n, upto, upto, None
         while self._since and self._since[0][0] <= upto:
             self._before[0] += self._since.popleft()[1]
             self._before[1] += 1
 
-    def stalled(self, now: int) -> int | None:
-        """The input sample where the words stopped, if they have (and the sound since is quieter)."""
+    def stalled(self) -> int | None:
+        """The input sample where the words stopped, if a partial has heard them stopped
+        for :data:`STALL_MS` (and the sound since is quieter)."""
         if self.at is not None:
             return self.at
-        if not self.words or now - self.grew_at < self.after or not self._before[1] or not self._since:
-            return None
+        if not self.words or self.heard_to - self.grew_at < self.after or not self._before[1] or not self._since:
+            return None  # (no partial has heard the words stop for long enough yet)
         before = 10 * math.log10(self._before[0] / self._before[1])
         since = 10 * math.log10(sum(p for _, p in self._since) / len(self._since))
         if since > before - DROP_DB:
