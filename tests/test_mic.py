@@ -189,7 +189,12 @@ def _rms(x: np.ndarray, hop: int = RATE // 20) -> np.ndarray:
 
 
 async def test_mic_demo_hears_answers_and_is_interrupted_through_a_virtual_room(jack, server, talker):
-    ask = trim(await speech(talker, "please tell me a story about a dog and a cat", RATE), RATE)
+    # The echo thinker says the question back: long enough that the reply is still being
+    # made when the user's interruption is decided, even by its length alone (0.8 s on a
+    # recogniser too slow to say): cancelled, not only cut.
+    ask = trim(
+        await speech(talker, "please tell me a long story about a dog and a cat who lived on a farm", RATE), RATE
+    )
     stop = trim(await speech(talker, "wait, please stop talking now", RATE), RATE)
     ask_end = int(1.5 * RATE) + ask.size
     # The user talks over the reply once it has played a second (past the echo gate's

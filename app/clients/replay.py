@@ -26,6 +26,24 @@ from duplex.app.clients.sounds import cough, noise, read_wav, speech, voiced_bou
 from duplex.app.clients.verdicts import Result, Utterance, judge, matches
 from duplex.app.core.protocol import DEFAULT_URL
 
+_QUIET = ("response.output_audio.delta", "response.output_audio_transcript.delta", "session.synced")
+
+
+def timeline(sim: SimulatedClient, last: int = 60) -> str:
+    """What the server said (audio aside), at the input milliseconds it arrived: the
+    story of a step that timed out."""
+    rate = sim.input_rate
+    lines = []
+    for r in sim.events:
+        e = r.event
+        if e["type"] in _QUIET:
+            continue
+        detail = e.get("delta") or e.get("transcript") or (e.get("response") or {}).get("status") or ""
+        if e["type"] == "error":
+            detail = e["error"].get("message", "")
+        lines.append(f"{r.at * 1000 // rate} ms {e['type']} {detail}".rstrip())
+    return "events:\n  " + "\n  ".join(lines[-last:])
+
 
 class Runner:
     """Runs scenarios against one server."""
@@ -150,7 +168,7 @@ class Runner:
             await sim.sync()
         elif a == "wait":
             if not await self._wait(sim, v, o, segments, since):
-                result.fail(f"{where}: timed out after {o.get('timeout', 30)} s waiting for {v}")
+                result.fail(f"{where}: timed out after {o.get('timeout', 30)} s waiting for {v}; {timeline(sim)}")
                 return True
             if o.get("after"):
                 await sim.silence(float(o["after"]))
