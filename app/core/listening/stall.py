@@ -11,11 +11,12 @@ and the transcript as it would at any pause). Words that grow again, or sound ba
 at the user's level, end the stall.
 
 The words must be *heard* not to grow: a partial must have come back for audio
-:data:`STALL_MS` past the last new word with the same words in it. Partials are spare
-work (a busy recogniser skips them), and Whisper drops a guess it is unsure of (the
-start of a word, cut off): time without a partial, or a partial of fewer words or
-none, says nothing about the words. "Sorry" heard, then nothing for a second, is not
-the end of "Sorry to interrupt you there".
+:data:`STALL_MS` past the last new word with words in it, none of them new (in
+babble Whisper hears the user's words again, sometimes fewer). Partials are spare
+work (a busy recogniser skips them), and Whisper drops a whole guess it is unsure of
+(the start of a word, cut off): time without a partial, or an empty one, says nothing
+about the words. "Sorry" heard, then nothing for a second, is not the end of "Sorry
+to interrupt you there".
 
 A transcript alone is not enough either: a recogniser that lags (a partial stuck on "I need
 a recipe" while the user says "for a quick vegetarian dinner") would end turns mid-
@@ -49,7 +50,7 @@ class Stall:
         """A new segment began at input sample ``onset``."""
         self.words = 0
         self.grew_at = onset  # input sample where the words last grew (the partial's end)
-        self.heard_to = onset  # input sample up to which a partial heard the same words
+        self.heard_to = onset  # input sample up to which a partial heard no new words
         self._before = [0.0, 0]  # power sum and count of speech windows up to grew_at
         self._since: deque[tuple[int, float]] = deque()  # (end, power) of speech windows after it
         self.at: int | None = None
@@ -65,10 +66,10 @@ class Stall:
     def heard(self, text: str, upto: int) -> None:
         """A partial transcript of the segment up to input sample ``upto``."""
         n = len(_WORD.findall(text))
-        if n == self.words:  # the same words, over more audio: heard not to grow
+        if 0 < n <= self.words:  # words, but no new ones, over more audio: heard not to grow
             self.heard_to = max(self.heard_to, upto)
         if n <= self.words:
-            return  # (fewer, or none: a recogniser unsure of a word cut short, not words that stopped)
+            return  # (none at all is a recogniser unsure of a word cut short: no news)
         self.words, self.grew_at, self.heard_to, self.at = n, upto, upto, None
         while self._since and self._since[0][0] <= upto:
             self._before[0] += self._since.popleft()[1]
