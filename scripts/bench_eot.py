@@ -1,0 +1,97 @@
+"""End of turn, offline and whole: every turn of each part of the natural-voice set
+(under its condition: clean, babble and music at 10 dB, phone band, -35 and -15
+dBFS) and every sentence with a 250-450 ms pause inside (clean, babble, phone band),
+through the real listener in process with ``semantic_vad``
+(:mod:`duplex.app.harness.offline`: every model answer before the next 20 ms frame,
+decode time left out; answers cached, so eagerness variants cost seconds).
+
+End of turn = from the true end of speech to the frame the turn ended at; silence =
+to the turn's ``audio_end``; take-over = a turn that ended inside the pause.
+
+    python scripts/bench_eot.py [--split heldout] [--variant settle_ms=350,doubt_ms=700 ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+
+import numpy as np
+
+from duplex.app.core.listening import Stopped, Turn
+from duplex.app.core.listening import semantic as S
+from duplex.app.core.settings import TurnDetection
+from duplex.app.harness.offline import Answers, hear
+from duplex.app.harness.stats import median
+from duplex.app.harness.tables import header
+from duplex.app.harness.voices import Clip, load_corpus, variant
+from duplex.pipeline.detectors.silero_vad import SileroVad
+
+RATE = 24000
+LEAD = np.zeros(RATE // 2, np.int16)
+TAIL = np.zeros(3 * RATE, np.int16)
+CONDITIONS = ("clean", "babble10", "tel", "low", "music10", "loud")
+PAUSE_CONDITIONS = ("clean", "babble10", "tel")
+TD = TurnDetection(type="semantic_vad")
+
+
+def ended(vad: SileroVad, answers: Answers, pcm: np.ndarray) -> tuple[int, int] | None:
+    """(input sample the turn ended at, its audio_end), or None: no turn."""
+    heard = hear(vad, answers, np.concatenate([LEAD, pcm, TAIL]), RATE, TD)
+    turns = [i for i, h in enumerate(heard) if isinstance(h.signal, Turn)]
+    if not turns:
+        return None
+    stopped = next(h for h in reversed(heard[: turns[0]]) if isinstance(h.signal, Stopped))
+    assert isinstance(stopped.signal, Stopped)
+    return stopped.at, stopped.signal.audio_end
+
+
+def q(xs: list[float], p: float) -> float:
+    return sorted(xs)[int(p * (len(xs) - 1))]
+
+
+def run(vad: SileroVad, answers: Answers, clips: list[Clip]) -> list[str]:
+    eot, silence, missed, takeovers, pauses = [], [], 0, 0, 0
+    for i, clip in enumerate(c for c in clips if c.kind == "turn"):
+        end = LEAD.size + clip.speech_end * RATE // clip.rate
+        got = ended(vad, answers, variant(clip, CONDITIONS[i % len(CONDITIONS)], RATE, seed=i))
+        if got is None:
+            missed += 1
+        else:
+            eot.append((got[0] - end) / RATE)
+            silence.append((got[1] - end) / RATE)
+    for i, clip in enumerate(c for c in clips if c.kind == "paused"):
+        assert clip.pause_end is not None
+        resumes = LEAD.size + clip.pause_end * RATE // clip.rate
+        for j, condition in enumerate(PAUSE_CONDITIONS):
+            got = ended(vad, answers, variant(clip, condition, RATE, seed=i + j))
+            takeovers += got is not None and got[1] < resumes
+            pauses += 1
+    return [
+        f"{takeovers / max(1, pauses):.3f} ({takeovers}/{pauses})",
+        f"{len(eot)}/{len(eot) + missed}",
+        f"{median(eot):.2f} / {q(eot, 0.9):.2f}",
+        f"{median(silence):.2f} / {q(silence, 0.9):.2f}",
+    ]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--split", choices=("tune", "heldout"), action="append", help="default: both")
+    ap.add_argument("--variant", action="append", default=[], help="medium eagerness fields, e.g. settle_ms=350")
+    args = ap.parse_args()
+    corpus, vad, answers = load_corpus(), SileroVad(), Answers()
+    medium = S.EAGERNESS["medium"]
+    print(header("part", "medium eagerness", "pause TOR ↓", "turns ended", "end of turn ↓", "silence required"))
+    for split in args.split or ["tune", "heldout"]:
+        clips = [c for c in corpus.clips if getattr(c, "split", "tune") == split]
+        for spec in ["", *args.variant]:
+            changes = {k: type(getattr(medium, k))(v) for k, v in (kv.split("=") for kv in spec.split(",") if kv)}
+            S.EAGERNESS["medium"] = S.EAGERNESS["auto"] = replace(medium, **changes)
+            cells = [split, spec or "as shipped", *run(vad, answers, clips)]
+            print("| " + " | ".join(cells) + " |", flush=True)
+    S.EAGERNESS["medium"] = S.EAGERNESS["auto"] = medium
+
+
+if __name__ == "__main__":
+    main()
