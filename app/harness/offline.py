@@ -18,6 +18,7 @@ from duplex.app.core.listening import AskTurn, Ears, Listener, Partial, Signal, 
 from duplex.app.core.settings import TurnDetection
 from duplex.pipeline.detectors.silero_vad import SileroVad
 from duplex.pipeline.detectors.smart_turn import SmartTurn
+from duplex.pipeline.log_mel import HOP, RATE, log_mel
 from duplex.pipeline.recognizers import whisper as W
 
 EARS = Ears(transcripts=True, partials=True, turn_model=True)
@@ -51,21 +52,21 @@ class Answers:
         import soxr
 
         w = self.whisper
-        x = soxr.resample(pcm.astype(np.float32) / 32768.0, rate, W.RATE)
-        frames = min(W.MAX_FRAMES, int(np.ceil(x.size / W.HOP)) + W.TAIL_FRAMES)
+        x = soxr.resample(pcm.astype(np.float32) / 32768.0, rate, RATE)
+        frames = min(W.MAX_FRAMES, int(np.ceil(x.size / HOP)) + W.TAIL_FRAMES)
         result = w._model.generate(  # noqa: SLF001 (transcribe_blocking's decode, its scores kept)
-            ctranslate2.StorageView.from_array(W.log_mel(x, frames)[None]),
+            ctranslate2.StorageView.from_array(log_mel(x, frames)[None]),
             [w._prompt],  # noqa: SLF001
             beam_size=1 if partial else 5,
             suppress_blank=True,
-            max_length=W.max_length(x.size / W.RATE),
+            max_length=W.max_length(x.size / RATE),
             no_repeat_ngram_size=3,
             repetition_penalty=W.REPETITION_PENALTY,
             return_scores=True,
             return_no_speech_prob=True,
         )[0]
         text = W.drop_echoes(W.detokenize(w._vocabulary, result.sequences_ids[0]))  # noqa: SLF001
-        return Raw(text, result.scores[0], result.no_speech_prob, x.size / W.RATE)
+        return Raw(text, result.scores[0], result.no_speech_prob, x.size / RATE)
 
     def text(self, pcm: np.ndarray, rate: int, *, partial: bool) -> str:
         key = (partial, hashlib.sha1(pcm.tobytes()).hexdigest())
