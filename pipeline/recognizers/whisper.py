@@ -172,6 +172,23 @@ def max_length(seconds: float) -> int:
     return min(448, 2 * (int(TOKENS_PER_S * seconds) + TOKENS_BASE))
 
 
+@dataclass(frozen=True, slots=True)
+class Decoded:
+    """One decode: its text, mean token log-probability, P(no speech), audio seconds."""
+
+    text: str
+    score: float
+    no_speech: float
+    seconds: float
+
+    def words(self, low_confidence: float = LOW_CONFIDENCE) -> str:
+        """The text, or "" if it is a guess: Whisper's "Thank you." for a cough, or for a
+        second of noise (unsure, and no speech or too short to tell)."""
+        if self.score < low_confidence and (self.no_speech > NO_SPEECH or self.seconds < SHORT_S):
+            return ""
+        return self.text
+
+
 class WhisperRecognizer:
     """Whisper (tiny.en by default) on CTranslate2 threads."""
 
@@ -222,16 +239,17 @@ class WhisperRecognizer:
         await asyncio.to_thread(self.load)
         await self.transcribe(np.zeros(RATE // 2, np.int16), RATE)  # the first decode pays for set-up
 
-    def transcribe_blocking(self, pcm: np.ndarray, rate: int, partial: bool = False) -> str:
-        """Words in ``pcm`` (PCM16 at ``rate``); blocks the calling thread, not the GIL.
-        A partial is decoded greedily (it is replaced soon); a turn with a beam of 5, which
-        made fewer errors on natural voices for ~10% more time when it was chosen."""
+    def decode(self, pcm: np.ndarray, rate: int, partial: bool = False) -> Decoded:
+        """Whisper's answer for ``pcm`` (PCM16 at ``rate``) with its scores, before the
+        drop-a-guess rule; blocks the calling thread, not the GIL. A partial is decoded
+        greedily (it is replaced soon); a turn with a beam of 5, which made fewer errors on
+        natural voices for ~10% more time when it was chosen."""
         import ctranslate2
 
         if self._model is None:
             self.load()
         if pcm.size == 0:
-            return ""
+            return Decoded("", 0.0, 1.0, 0.0)
         x = pcm.astype(np.float32) / 32768.0
         if rate != RATE:
             x = soxr.resample(x, rate, RATE)
@@ -249,9 +267,12 @@ class WhisperRecognizer:
             return_scores=True,
             return_no_speech_prob=True,
         )[0]
-        if result.scores[0] < LOW_CONFIDENCE and (result.no_speech_prob > NO_SPEECH or seconds < SHORT_S):
-            return ""  # a guess: Whisper's "Thank you." for a cough, or for a second of noise
-        return drop_echoes(detokenize(self._vocabulary, result.sequences_ids[0]))
+        text = drop_echoes(detokenize(self._vocabulary, result.sequences_ids[0]))
+        return Decoded(text, result.scores[0], result.no_speech_prob, seconds)
+
+    def transcribe_blocking(self, pcm: np.ndarray, rate: int, partial: bool = False) -> str:
+        """Words in ``pcm`` (PCM16 at ``rate``): :meth:`decode`'s, unless they are a guess."""
+        return self.decode(pcm, rate, partial).words()
 
     async def transcribe(self, pcm: np.ndarray, rate: int, *, partial: bool = False) -> str:
         loop = asyncio.get_running_loop()
