@@ -20,8 +20,7 @@ import numpy as np
 from duplex.app.core.listening import Interrupt
 from duplex.app.core.settings import TurnDetection
 from duplex.app.harness.offline import Answers, hear
-from duplex.app.harness.stats import median
-from duplex.app.harness.tables import header
+from duplex.app.harness.tables import header, spread
 from duplex.app.harness.voices import Clip, load_corpus, variant
 from duplex.pipeline.detectors.silero_vad import SileroVad
 from duplex.pipeline.recognizers.whisper import LOW_CONFIDENCE
@@ -64,10 +63,6 @@ def run(vad: SileroVad, answers: Answers, clips: list[Clip], verbose: bool) -> T
     return t
 
 
-def p90(xs: list[float]) -> float:
-    return sorted(xs)[int(0.9 * (len(xs) - 1))]
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--split", choices=("tune", "heldout"), action="append", help="default: both")
@@ -82,9 +77,15 @@ def main() -> None:
             answers.low = low
             t = run(vad, answers, clips, args.verbose)
             bc = f"{len(t.takeovers) / max(1, t.backchannels):.3f} ({len(t.takeovers)}/{t.backchannels})"
-            cancel = f"{median(t.cancel):.2f} / {p90(t.cancel):.2f}" if t.cancel else "-"
             n = len(t.cancel) + len(t.missed)
-            cells = [split, f"{low:g}", bc, f"{len(t.cancel)}/{n}", cancel, ", ".join(t.takeovers) or "-"]
+            cells = [
+                split,
+                f"{low:g}",
+                bc,
+                f"{len(t.cancel)}/{n}",
+                spread(t.cancel, digits=2, q=0.9),
+                ", ".join(t.takeovers) or "-",
+            ]
             print("| " + " | ".join(cells) + " |", flush=True)
 
 

@@ -22,8 +22,7 @@ from duplex.app.core.listening import Stopped, Turn
 from duplex.app.core.listening import semantic as S
 from duplex.app.core.settings import TurnDetection
 from duplex.app.harness.offline import Answers, hear
-from duplex.app.harness.stats import median
-from duplex.app.harness.tables import header
+from duplex.app.harness.tables import header, spread
 from duplex.app.harness.voices import Clip, load_corpus, variant
 from duplex.pipeline.detectors.silero_vad import SileroVad
 
@@ -46,10 +45,6 @@ def ended(vad: SileroVad, answers: Answers, pcm: np.ndarray) -> tuple[int, int] 
     return stopped.at, stopped.signal.audio_end
 
 
-def q(xs: list[float], p: float) -> float:
-    return sorted(xs)[int(p * (len(xs) - 1))]
-
-
 def run(vad: SileroVad, answers: Answers, clips: list[Clip]) -> list[str]:
     eot, silence, missed, takeovers, pauses = [], [], 0, 0, 0
     for i, clip in enumerate(c for c in clips if c.kind == "turn"):
@@ -70,8 +65,8 @@ def run(vad: SileroVad, answers: Answers, clips: list[Clip]) -> list[str]:
     return [
         f"{takeovers / max(1, pauses):.3f} ({takeovers}/{pauses})",
         f"{len(eot)}/{len(eot) + missed}",
-        f"{median(eot):.2f} / {q(eot, 0.9):.2f}",
-        f"{median(silence):.2f} / {q(silence, 0.9):.2f}",
+        spread(eot, digits=2, q=0.9),
+        spread(silence, digits=2, q=0.9),
     ]
 
 
