@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -39,6 +42,35 @@ async def until(predicate: Callable[[], bool], timeout: float = 10.0, what: str 
         while not predicate():
             await asyncio.sleep(0.001)
     assert predicate(), what
+
+
+@dataclass
+class LoopStep:
+    """The longest step the event loop took: its thread's CPU seconds, and what ran."""
+
+    cpu_s: float = 0.0
+    what: str = ""
+
+
+@contextlib.contextmanager
+def longest_loop_step() -> Iterator[LoopStep]:
+    """Measure every callback the event loop runs meanwhile in the loop thread's CPU
+    time, which another process on the machine does not stretch as it does wall time."""
+    longest = LoopStep()
+    run = asyncio.Handle._run
+
+    def timed(handle: asyncio.Handle) -> None:
+        start = time.thread_time()
+        run(handle)
+        took = time.thread_time() - start
+        if took > longest.cpu_s:
+            longest.cpu_s, longest.what = took, repr(handle)[:200]
+
+    asyncio.Handle._run = timed  # type: ignore[method-assign]
+    try:
+        yield longest
+    finally:
+        asyncio.Handle._run = run  # type: ignore[method-assign]
 
 
 def stage_tasks() -> list[asyncio.Task[Any]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -117,6 +118,10 @@ async def serve(config: ServerConfig, choice: BackendChoice) -> None:
 
     fix_mmap_threshold()  # this process is the server: large buffers go back when freed
     backends = await build(choice)
+    # What the models left lives as long as the process: a full collection walked it in
+    # 50 ms (the default backends), stopping every session's loop; frozen, it takes 0.
+    gc.collect()
+    gc.freeze()
     try:
         try:
             backends.talker.check_voice(config.voice)
