@@ -41,9 +41,9 @@ from duplex.app.core.transcripts import Transcripts
 from tests.test_listening import RATE, WINDOW, Script
 
 HEARS_ALL = Ears(transcripts=True, partials=True, turn_model=True)
-ASK_MS = EAGERNESS["medium"].ask_ms
-AGAIN_MS = EAGERNESS["medium"].again_ms
-"""The model is asked at ASK_MS and again at AGAIN_MS; sure both times, the turn ends at AGAIN_MS."""
+ASKS = EAGERNESS["medium"].asks
+QUICK_MS = ASKS[-1]
+"""The model is asked at each of ASKS; sure every time, the turn ends at the last (QUICK_MS)."""
 SEMANTIC = TurnDetection(type="semantic_vad", threshold=0.5, prefix_padding_ms=0, min_speech_ms=150)
 LOUD = np.full(WINDOW, 3000, np.int16)  # -21 dBFS
 QUIET = np.full(WINDOW, 300, np.int16)  # -41 dBFS
@@ -90,7 +90,7 @@ def test_words_that_hang_wait_for_more():
 @pytest.mark.parametrize(
     ("p", "text", "silence_ms"),
     [
-        (0.99, "Tell me a joke.", AGAIN_MS),  # sure twice, and the words are whole: at once
+        (0.99, "Tell me a joke.", QUICK_MS),  # sure each time, and the words are whole: at once
         (0.98, "I would like to.", EAGERNESS["medium"].max_ms),  # sure, but the words hang
         (0.6, "Tell me a joke.", EAGERNESS["medium"].settle_ms),  # leaning to complete
         (0.2, "Tell me a joke.", EAGERNESS["medium"].doubt_ms),  # the model says it goes on, the words do not
@@ -100,16 +100,17 @@ def test_words_that_hang_wait_for_more():
 def test_semantic_turn_ends_by_probability_and_words(p, text, silence_ms):
     turns = SemanticTurns("medium", RATE, HEARS_ALL)
     speech_end = ms(3000)
-    assert turns.ask(speech_end, speech_end + ms(ASK_MS) - 1) is None
-    assert turns.ask(speech_end, speech_end + ms(ASK_MS)) == speech_end + ms(ASK_MS)
-    assert turns.ask(speech_end, speech_end + ms(ASK_MS) + 1) is None, "asked once here"
-    assert turns.ask(speech_end, speech_end + ms(AGAIN_MS)) == speech_end + ms(AGAIN_MS), "and again later"
-    assert turns.ask(speech_end, speech_end + ms(AGAIN_MS) + 1) is None, "twice a pause in all"
-    late = speech_end + ms(300)
+    for at in ASKS:
+        assert turns.ask(speech_end, speech_end + ms(at) - 1) is None
+        assert turns.ask(speech_end, speech_end + ms(at)) == speech_end + ms(at)
+        assert turns.ask(speech_end, speech_end + ms(at) + 1) is None, "asked once there"
+    assert turns.ask(speech_end, speech_end + ms(5000)) is None, f"{len(ASKS)} asks a pause in all"
+    late = speech_end + ms(QUICK_MS)
     assert turns.ended(speech_end, late) is None, "nothing decides before every answer is in"
-    turns.on_probability(speech_end, p)
     turns.on_transcript(speech_end, text)
-    assert turns.ended(speech_end, late) is None, "one answer of two"
+    for _ in ASKS[1:]:
+        turns.on_probability(speech_end, p)
+    assert turns.ended(speech_end, late) is None, "the model has not answered every ask"
     turns.on_probability(speech_end, p)
     end = speech_end + ms(silence_ms)
     # The end is placed on the input clock whenever the answers came: the same audio, the same turn.
@@ -119,15 +120,17 @@ def test_semantic_turn_ends_by_probability_and_words(p, text, silence_ms):
 
 
 def test_one_unsure_answer_of_two_is_enough_to_wait():
-    turns = SemanticTurns("medium", RATE, HEARS_ALL)
+    low = EAGERNESS["low"]
+    assert len(low.asks) == 2, "low eagerness asks twice"
+    turns = SemanticTurns("low", RATE, HEARS_ALL)
     turns.on_transcript(0, "Tell me a joke.")
-    turns.on_probability(0, 0.99)
-    turns.on_probability(0, 0.6)  # the same pause, 50 ms later: leaning, not sure
-    assert turns.ended(0, ms(1000)) == ms(EAGERNESS["medium"].settle_ms)
+    turns.on_probability(0, 0.995)
+    turns.on_probability(0, 0.8)  # the same pause, later: leaning, not sure
+    assert turns.ended(0, ms(3000)) == ms(low.settle_ms)
     turns.on_transcript(ms(5000), "")  # the recogniser heard nothing: no way to tell from the words
-    turns.on_probability(ms(5000), 0.99)
-    turns.on_probability(ms(5000), 0.99)
-    assert turns.ended(ms(5000), ms(5000) + ms(2000)) == ms(5000) + ms(EAGERNESS["medium"].max_ms)
+    turns.on_probability(ms(5000), 0.995)
+    turns.on_probability(ms(5000), 0.995)
+    assert turns.ended(ms(5000), ms(5000) + ms(3000)) == ms(5000) + ms(low.max_ms)
 
 
 def test_eagerness_orders_the_waits_and_answers_about_an_older_pause_are_ignored():
@@ -139,23 +142,23 @@ def test_eagerness_orders_the_waits_and_answers_about_an_older_pause_are_ignored
     turns = SemanticTurns("high", RATE, HEARS_ALL)
     turns.on_probability(ms(1000), 0.99)
     turns.on_transcript(ms(1000), "Done.")
-    assert turns.ended(ms(2000), ms(2000) + ms(AGAIN_MS)) is None, "the speech went on since that answer"
+    assert turns.ended(ms(2000), ms(2000) + ms(QUICK_MS)) is None, "the speech went on since that answer"
 
 
 def test_a_user_who_went_on_after_a_long_pause_gets_a_quick_end_only_after_that_long():
     turns = SemanticTurns("medium", RATE, HEARS_ALL)
     turns.resumed(ms(1000), ms(1000) + ms(60))  # a gap between words: not a habit
-    assert turns.quick_ms() == AGAIN_MS
+    assert turns.quick_ms() == QUICK_MS
     turns.resumed(ms(2000), ms(2000) + ms(300))  # went on after 300 ms of silence
     assert turns.quick_ms() == 300 + OWN_PAUSE_MARGIN_MS
-    turns.on_probability(ms(5000), 0.99)
-    turns.on_probability(ms(5000), 0.99)
+    for _ in ASKS:
+        turns.on_probability(ms(5000), 0.99)
     turns.on_transcript(ms(5000), "Tell me a joke.")
-    assert turns.ended(ms(5000), ms(5000) + ms(AGAIN_MS)) is None, "not at once any more"
+    assert turns.ended(ms(5000), ms(5000) + ms(QUICK_MS)) is None, "not at once any more"
     assert turns.ended(ms(5000), ms(5000) + ms(400)) == ms(5000) + ms(400)
     turns.resumed(ms(6000), ms(6000) + ms(3000))  # a new thought, not a pause
     assert turns.quick_ms() == 400
-    assert SemanticTurns("medium", RATE, HEARS_ALL).quick_ms() == AGAIN_MS, "per session"
+    assert SemanticTurns("medium", RATE, HEARS_ALL).quick_ms() == QUICK_MS, "per session"
 
 
 def test_without_a_model_the_words_and_the_silence_decide():
@@ -174,20 +177,17 @@ def test_partials_while_speaking_a_candidate_and_a_question_at_the_pause_then_th
     assert all(p.audio.size == p.upto for p in partials), "each hears the speech from its start"
     out = feed(ears, 10)  # 320 ms of silence
     [paused] = of(SpeechPaused, out)
-    first, again = of(AskTurn, out)
+    asks = of(AskTurn, out)
     speech_end = 40 * WINDOW
     assert (paused.speech_end, paused.upto) == (speech_end, speech_end + ms(TAIL_MS))
     assert paused.audio.size == paused.upto - paused.start
-    assert (first.speech_end, first.upto) == (speech_end, speech_end + ms(ASK_MS))
-    assert (again.speech_end, again.upto) == (speech_end, speech_end + ms(AGAIN_MS)), "asked again, later"
+    assert [(a.speech_end, a.upto) for a in asks] == [(speech_end, speech_end + ms(at)) for at in ASKS]
     assert not of(Turn, out) and not of(Partial, out), "no partials in a pause"
-    assert ears.on_turn_probability(speech_end, 0.99) == [] and ears.on_turn_probability(speech_end, 0.99) == [], (
-        "no transcript yet"
-    )
+    assert all(ears.on_turn_probability(speech_end, 0.99) == [] for _ in asks), "no transcript yet"
     out = ears.on_candidate(speech_end, "What is the weather like today?")
     [stopped] = of(Stopped, out)
     [turn] = of(Turn, out)
-    assert stopped.audio_end == speech_end + ms(AGAIN_MS)
+    assert stopped.audio_end == speech_end + ms(QUICK_MS)
     assert (turn.audio_start, turn.heard_end) == (paused.start, paused.upto), "the candidate's audio exactly"
 
 
@@ -299,13 +299,15 @@ def test_the_turn_takes_its_candidate_and_starts_the_reply_it_prepared():
     assert [e.delta for e in out if isinstance(e, TranscriptionDelta)] == ["Tell me"]
     out = hear(s, 10)
     [candidate] = [a for a in out if isinstance(a, Transcribe) and a.kind == "candidate"]
-    first, again = [a for a in out if isinstance(a, PredictTurn)]
+    *first, last = [a for a in out if isinstance(a, PredictTurn)]
+    assert len(first) + 1 == len(ASKS)
     out = s.on_transcript(Heard(item, "Tell me a joke.", "candidate", candidate.upto, 95.0), 0.0)
     [prepared] = [a for a in out if isinstance(a, PrepareReply)]
     assert prepared.plan.messages[-1] == {"role": "user", "content": "Tell me a joke."}
     assert not [e for e in out if isinstance(e, BufferCommitted)], "the model has not answered yet"
-    assert not [e for e in s.on_turn_probability(first.speech_end, 0.99, 0.0) if isinstance(e, BufferCommitted)]
-    out = s.on_turn_probability(again.speech_end, 0.99, 0.0)
+    for ask in first:
+        assert not [e for e in s.on_turn_probability(ask.speech_end, 0.99, 0.0) if isinstance(e, BufferCommitted)]
+    out = s.on_turn_probability(last.speech_end, 0.99, 0.0)
     kinds = [type(e) for e in out]
     assert BufferCommitted in kinds and TranscriptionCompleted in kinds
     assert not [a for a in out if isinstance(a, Transcribe)], "the turn is not transcribed again"
@@ -335,7 +337,7 @@ def test_a_duck_and_a_resume_reach_the_wire_for_a_backchannel():
     [candidate] = [a for a in out if isinstance(a, Transcribe) and a.kind == "candidate"]
     questions = [a for a in out if isinstance(a, PredictTurn)]
     s.on_transcript(Heard(candidate.item_id, "Tell me a story.", "candidate", candidate.upto), 0.0)
-    assert len(questions) == 2
+    assert len(questions) == len(ASKS)
     out = [e for q in questions for e in s.on_turn_probability(q.speech_end, 0.99, 0.0)]
     [start] = [a for a in out if isinstance(a, StartReply)]
     s.replies.playing.first_audio = 0.0  # type: ignore[union-attr]  # the reply is playing
@@ -358,21 +360,21 @@ def test_a_turn_ends_where_its_words_did_while_quieter_babble_goes_on():
         ears.on_partial(" ".join(["word"] * (i + 1)), p.upto)  # the words grow while the user speaks
     words_end = partials[-1].upto
     out = []
-    while len(of(AskTurn, out)) < 2:  # the voice stops; babble (20 dB down, "speech" to the VAD) goes on
+    while len(of(AskTurn, out)) < len(ASKS):  # the voice stops; babble (20 dB down, "speech" to the VAD) goes on
         step = feed(ears, 1, pcm=QUIET)
         for p in of(Partial, step):
             ears.on_partial(" ".join(["word"] * len(partials)), p.upto)  # no new words
         out += step
         assert len(out) < 100
     [paused] = of(SpeechPaused, out)
-    ask, _ = of(AskTurn, out)
+    ask = of(AskTurn, out)[0]
     assert paused.speech_end == words_end == ask.speech_end, "the speech ended where the words did"
     assert ears.vad.samples - words_end >= ms(800), "two partials without new words first"
-    ears.on_turn_probability(words_end, 0.99)
-    ears.on_turn_probability(words_end, 0.99)
+    for _ in ASKS:
+        ears.on_turn_probability(words_end, 0.99)
     out = ears.on_candidate(words_end, "Word word word word.")
     [turn] = of(Turn, out)
-    assert turn.audio_end == words_end + ms(AGAIN_MS), "the turn ended though the babble never stopped"
+    assert turn.audio_end == words_end + ms(QUICK_MS), "the turn ended though the babble never stopped"
     out = feed(ears, 30, pcm=QUIET)
     assert not of(Started, out), "the babble does not start speech of its own"
 
