@@ -17,11 +17,12 @@ import websockets
 
 from duplex.app.cli.main import main
 from duplex.app.clients.realtime import RealtimeClient
+from duplex.app.clients.simulated import SimulatedClient
 from duplex.app.clients.sounds import mix, noise, silence, speech, trim
 from duplex.app.core.limits import SessionLimits
 from duplex.app.harness.procs import rss_kib
 from duplex.app.harness.servers import ServerProcess
-from tests.util import longest_loop_step, text_item, until, ws_url
+from tests.util import longest_loop_step, start_reply, text_item, until, ws_url
 
 
 async def _closed(
@@ -112,6 +113,21 @@ async def test_the_longest_text_turn_does_not_hold_other_sessions(server):
     assert step.cpu_s < 0.25, f"the loop was held {step.cpu_s * 1000:.0f} ms of CPU time by {step.what}"
     await loud.close()
     await quiet.close()
+
+
+async def test_sessions_closed_mid_reply_leave_no_claim_on_the_loop(server):
+    # Each session closed while its reply was being sent was charged once more after it had
+    # gone; its account, in debt, counted for ever, so after an hour of sessions every new
+    # one got a hundredth of the loop and its replies started seconds late.
+    for _ in range(3):
+        sim = await SimulatedClient.open(server.port)
+        await sim.start()
+        await start_reply(sim, "All work and no play. " * 40)
+        await sim.silence(0.5)  # played: the reply is waiting on playback as the client goes
+        await sim.stop()
+        await sim.ws.close()
+    await until(lambda: not server.connections, what="the sessions are gone")
+    assert not server.loop_share._accounts, "a closed session still takes a part of the loop"
 
 
 # -- 3: recognition: capped per session, fair across sessions, gone with its session ------------

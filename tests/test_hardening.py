@@ -372,6 +372,7 @@ async def test_metrics_count_what_happened(server):
         "duplex_stale_events_dropped_total",
         "duplex_first_audio_seconds_count 2",
         "duplex_tasks",
+        "duplex_loop_share_sessions 1",
     ):
         assert needle in text, needle
     await c.close()

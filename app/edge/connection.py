@@ -126,6 +126,14 @@ class Connection:
 
     async def run(self) -> None:
         """Serve the client until it disconnects; leave no task behind."""
+        try:
+            await self._serve()
+        finally:
+            # Only now, with every task of the session done: a reply's last frames were
+            # charged to it after an earlier forget, and the account outlived the session.
+            self.server.loop_share.forget(self)
+
+    async def _serve(self) -> None:
         async with asyncio.TaskGroup() as tg:
             self._tg = tg
             try:
@@ -150,7 +158,6 @@ class Connection:
                 for task in self._hearing:  # a session that is gone needs no transcripts
                     task.cancel()
                 self.replies.drop_prepared()
-                self.server.loop_share.forget(self)
                 await self.execute(self.session.on_disconnect(), sending=False)
 
     async def handle(self, message: str | bytes) -> bool:

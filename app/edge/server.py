@@ -156,6 +156,7 @@ class DuplexServer:
         m = self.metrics
         m.set("duplex_sessions", len(self.connections))
         m.set("duplex_tasks", len(asyncio.all_tasks()))
+        m.set("duplex_loop_share_sessions", self.loop_share.counted(asyncio.get_running_loop().time()))
         return m.render()
 
     def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
