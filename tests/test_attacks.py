@@ -116,9 +116,9 @@ async def test_the_longest_text_turn_does_not_hold_other_sessions(server):
 
 
 async def test_sessions_closed_mid_reply_leave_no_claim_on_the_loop(server):
-    # Each session closed while its reply was being sent was charged once more after it had
-    # gone; its account, in debt, counted for ever, so after an hour of sessions every new
-    # one got a hundredth of the loop and its replies started seconds late.
+    # Each session closed while its reply waited on playback was charged once more after it
+    # had been forgotten; its account, just short of a full bucket, counted for ever, so after
+    # 20 minutes of sessions each new one got a hundredth of the loop and replied seconds late.
     for _ in range(3):
         sim = await SimulatedClient.open(server.port)
         await sim.start()

@@ -58,14 +58,14 @@ async def test_the_share_is_split_among_active_sessions_and_a_gone_one_is_forgot
     assert share._rate(asyncio.get_running_loop().time()) == pytest.approx(0.3)
 
 
-async def test_an_account_left_in_debt_stops_counting_once_its_debt_would_be_paid():
+async def test_an_account_left_short_of_full_stops_counting_once_it_would_have_refilled():
     # However an account was left (its owner charged after it was forgotten), it must not
     # take a part of the loop for ever: a hundred of them cut every live share a hundredfold.
     share = LoopShare(0.5, burst_s=0.01)
     now = asyncio.get_running_loop().time()
     for owner in range(100):
         with share.charge(owner):
-            _busy(0.0001)  # a little past nothing: in debt against a full bucket
+            _busy(0.0001)  # a little: just short of a full bucket, and never touched again
         assert share._accounts[owner].tokens < share.burst
     share._account("live", now)
     assert share._rate(now) == pytest.approx(0.5 / 101)

@@ -82,8 +82,8 @@ class LoopShare:
 
     def _rate(self, now: float) -> float:
         # An account idle for ``idle_s`` goes once its bucket would have refilled. Judged on
-        # what it holds as of ``now``, not when last touched: an account left in debt (its
-        # session charged once more as it closed) otherwise counted for ever, and 100 of
+        # what it holds as of ``now``, not when last touched: an account left short of full
+        # (its session charged once more as it closed) otherwise counted for ever, and 100 of
         # them cut every session's share a hundredfold (replies after 20 minutes of sessions
         # started 1-3 s late instead of 0.6 s).
         rate = self.share / max(1, len(self._accounts))
