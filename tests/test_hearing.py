@@ -100,10 +100,12 @@ def test_words_that_hang_wait_for_more():
 def test_semantic_turn_ends_by_probability_and_words(p, text, silence_ms):
     turns = SemanticTurns("medium", RATE, HEARS_ALL)
     speech_end = ms(3000)
+    early = ASKS[0] - EAGERNESS["medium"].heard_ms  # asked this soon, the silence to come as zeros
+    assert early > 0
     for at in ASKS:
-        assert turns.ask(speech_end, speech_end + ms(at) - 1) is None
-        assert turns.ask(speech_end, speech_end + ms(at)) == speech_end + ms(at)
-        assert turns.ask(speech_end, speech_end + ms(at) + 1) is None, "asked once there"
+        assert turns.ask(speech_end, speech_end + ms(at - early) - 1) is None
+        assert turns.ask(speech_end, speech_end + ms(at - early)) == speech_end + ms(at)
+        assert turns.ask(speech_end, speech_end + ms(at - early) + 1) is None, "asked once there"
     assert turns.ask(speech_end, speech_end + ms(5000)) is None, f"{len(ASKS)} asks a pause in all"
     late = speech_end + ms(QUICK_MS)
     assert turns.ended(speech_end, late) is None, "nothing decides before every answer is in"
@@ -189,6 +191,31 @@ def test_partials_while_speaking_a_candidate_and_a_question_at_the_pause_then_th
     [turn] = of(Turn, out)
     assert stopped.audio_end == speech_end + ms(QUICK_MS)
     assert (turn.audio_start, turn.heard_end) == (paused.start, paused.upto), "the candidate's audio exactly"
+
+
+def test_a_pause_is_asked_about_as_soon_as_its_audio_is_in_hand():
+    """The VAD judges a window tens of ms after its audio came (the resampler, the window):
+    the candidate is asked for with the frame that brings the audio to its tail, and the
+    end-of-turn model two windows into the pause, the silence still to come as zeros."""
+    rate = 24000  # the model hears 16 kHz: a resampler in between, as in a real session
+    ears = Listener(Script([0.9] * 40 + [0.0] * 100), rate, SEMANTIC, floor_dbfs=float("-inf"), ears=HEARS_ALL)
+    frame = np.full(rate // 50, 3000, np.int16)  # 20 ms, as clients send
+    speech_end = 40 * WINDOW * rate // RATE
+    paused: list = []
+    asks: list = []
+    while not paused:
+        out = ears.push(frame, replying=False)
+        paused, asks = of(SpeechPaused, out), asks + [(a, ears.vad.samples) for a in of(AskTurn, out)]
+        assert ears.vad.samples < speech_end + ms(1000), "no pause was seen"
+    [p] = paused
+    assert p.upto == speech_end + TAIL_MS * rate // 1000
+    # (the VAD had judged the first two silent windows by then; it judged the window
+    # ending at the tail ~60 ms later, when this was asked for before)
+    assert ears.vad.samples <= p.upto + frame.size, "asked for once its audio (and two quiet windows) came"
+    [(ask, heard)] = asks
+    assert ask.upto == speech_end + ASKS[0] * rate // 1000 and ask.audio.size == ask.upto
+    assert heard < ask.upto and not ask.audio[heard:].any(), "the silence to come heard as zeros"
+    assert ask.audio[:heard].all(), "the audio in hand as it came"
 
 
 def test_speech_after_a_pause_voids_it():

@@ -29,7 +29,8 @@ class TurnDetector(Protocol):
 
     def ask(self, speech_end: int, now: int) -> int | None:
         """The input sample up to which the end-of-turn model should hear the speech
-        now (at most once per pause), or None."""
+        now (at most once per pause), or None. It may be past ``now``: the model hears
+        the silence still to come as zeros."""
         ...
 
     def on_probability(self, speech_end: int, probability: float) -> None:

@@ -62,6 +62,11 @@ class Eagerness:
     sentence, not as long as words that hang."""
     max_ms: int
     """Silence that ends any turn (words that hang, or none heard)."""
+    heard_ms: int = 64
+    """Silence (two VAD windows) after which the first ask is made, the rest of its
+    silence heard as zeros (later asks keep their spacing): the answer is then back when
+    its silence has passed instead of ~120-300 ms after it (it shared two cores with the
+    candidate transcript and a partial). Not past ``ask_ms``."""
 
     @property
     def asks(self) -> tuple[int, ...]:
@@ -200,7 +205,7 @@ class SemanticTurns:
         if not self.ears.turn_model or made >= len(offsets):
             return None
         upto = speech_end + ms_to_samples(offsets[made], self.rate)
-        if now < upto:
+        if now < upto - ms_to_samples(offsets[0] - min(self.e.heard_ms, offsets[0]), self.rate):
             return None
         self._asks = (speech_end, made + 1)
         return upto
