@@ -8,6 +8,7 @@ turn's final transcript may take a more careful one.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 import numpy as np
@@ -39,9 +40,13 @@ class Recognizer(Protocol):
         turn does not wait and a bad configuration fails before serving."""
         ...
 
-    async def transcribe(self, pcm: np.ndarray, rate: int, *, partial: bool = False) -> str:
+    async def transcribe(
+        self, pcm: np.ndarray, rate: int, *, partial: bool = False, go_on: Callable[[], None] | None = None
+    ) -> str:
         """The words in ``pcm`` (PCM16 mono at ``rate``); ``partial``: the speech is
-        still going on, so speed matters more than the last word."""
+        still going on, so speed matters more than the last word. ``go_on`` is called
+        on the event loop between a decode's steps, if it has several; it raises to stop
+        the decode (a partial the user's pause has made moot: its work is the pause's)."""
         ...
 
     async def aclose(self) -> None:

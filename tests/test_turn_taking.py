@@ -132,3 +132,17 @@ def test_turns_come_faster_than_they_are_heard_and_the_backlog_is_bounded():
     out = t.on_signals([Turn(AUDIO, 0, 24000, 24000)], 2.0)
     assert not [a for a in out if isinstance(a, Transcribe)] and any(isinstance(e, TranscriptionFailed) for e in out)
     assert any(isinstance(e, BufferCommitted) for e in out), "the turn is committed all the same"
+
+
+def test_a_partial_the_pause_candidate_hears_all_of_is_moot():
+    """Its decoder's half would repeat the candidate's work (on two cores, the candidate is
+    on the turn's critical path); a later partial, or one of other speech, is still wanted."""
+    t = turns()
+    t.on_signals([Started(0, 0)], 0.0)
+    [partial] = t.on_signals([Partial(AUDIO[:9600], 9600)], 0.4)
+    assert t.still_wanted(partial)
+    [candidate] = t.on_signals([SpeechPaused(AUDIO, 0, 26400, 24000)], 1.1)
+    assert not t.still_wanted(partial), "the candidate hears all it would"
+    assert t.still_wanted(candidate)
+    t.on_signals([Continued()], 1.3)
+    assert t.still_wanted(partial), "the pause is over: no candidate covers it"

@@ -97,6 +97,12 @@ class Transcripts:
         c = self.candidate
         return (speech_item, upto) in self.waiting or (c is not None and (c.speech_item, c.upto) == (speech_item, upto))
 
+    def covers(self, speech_item: str, upto: int) -> bool:
+        """Whether the current candidate hears the speech item's audio to ``upto`` (a
+        partial of it adds nothing)."""
+        c = self.candidate
+        return c is not None and c.speech_item == speech_item and c.upto >= upto
+
     def forget(self, speech_item: str | None) -> None:
         """No more partials for this speech item."""
         if speech_item is not None:

@@ -208,12 +208,15 @@ class TurnTaking:
     def still_wanted(self, action: Transcribe | PredictTurn) -> bool:
         """Whether a queued candidate transcription or end-of-turn question is still of use
         when its turn to run comes (speech that went on since makes it moot: only the
-        latest pause matters). Turns and partials always are."""
+        latest pause matters), or a partial when its decoder's turn comes (the pause's
+        candidate, asked for since, hears all it would). Turns always are."""
         if isinstance(action, PredictTurn):
             listener = self.intake.listener
             return listener is not None and listener.pausing_after(action.speech_end)
-        if action.kind != "candidate" or action.upto is None:
+        if action.upto is None or action.kind == "final":
             return True
+        if action.kind == "partial":
+            return not self.transcripts.covers(action.item_id, action.upto)
         return self.transcripts.wanted(action.item_id, action.upto)
 
     def cleared(self) -> Output:

@@ -312,9 +312,12 @@ class Connection:
         if recognizer is not None:
             queue = self.server.recognitions
 
-            async def job() -> str:
+            def go_on() -> None:
                 self._waiting.check(action)
-                return await recognizer.transcribe(action.audio, action.rate, partial=partial)
+
+            async def job() -> str:
+                go_on()
+                return await recognizer.transcribe(action.audio, action.rate, partial=partial, go_on=go_on)
 
             try:
                 # Fair across sessions: a session that floods waits its turn, not everyone else;

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import wave
+from collections.abc import Callable
 
 import httpx
 import numpy as np
@@ -99,7 +100,9 @@ class OpenAIRecognizer:
                 failed = f"failed a test transcription with model {self.model!r} ({exc.status}: {exc.detail})"
             raise ValueError(f"the transcription server {self.url} {failed}") from None
 
-    async def transcribe(self, pcm: np.ndarray, rate: int, *, partial: bool = False) -> str:
+    async def transcribe(
+        self, pcm: np.ndarray, rate: int, *, partial: bool = False, go_on: Callable[[], None] | None = None
+    ) -> str:
         """The words in ``pcm``; raises :class:`TranscriptionError` with the server's
         reason, or saying it did not answer (within ``timeout_s``, say)."""
         if pcm.size == 0:

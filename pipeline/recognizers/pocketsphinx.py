@@ -19,6 +19,7 @@ import struct
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import IO, Any
 
@@ -158,7 +159,9 @@ class PocketsphinxRecognizer:
     async def start(self) -> None:
         await asyncio.to_thread(self.prewarm)
 
-    async def transcribe(self, pcm: np.ndarray, rate: int, *, partial: bool = False) -> str:
+    async def transcribe(
+        self, pcm: np.ndarray, rate: int, *, partial: bool = False, go_on: Callable[[], None] | None = None
+    ) -> str:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._threads, self.transcribe_blocking, pcm, rate)
 
