@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -423,6 +424,7 @@ async def main() -> None:
     ap.add_argument("--quick", action="store_true", help="about half the scenarios")
     ap.add_argument("--detector", choices=("server_vad", "semantic_vad"), action="append")
     ap.add_argument("--talker", action="append", help="compare these voices (duplex serve --talker) instead")
+    ap.add_argument("--asr-model", action="append", help="compare these recognisers (duplex serve --asr-model)")
     ap.add_argument("--turns-only", action="store_true", help="only turns and interruptions")
     ap.add_argument("--split", choices=("tune", "heldout", "all"), action="append", help="default: tune and heldout")
     ap.add_argument("--fast", action="store_true", help="faster than real time (decisions exact, latencies not)")
@@ -435,12 +437,12 @@ async def main() -> None:
     global FAST
     FAST = args.fast
     results: dict[str, Tally] = {}
-    for talker in args.talker or [None]:
-        server = ServerProcess(*(("--talker", talker) if talker else ()))
+    for talker, asr in itertools.product(args.talker or [None], args.asr_model or [None]):
+        server = ServerProcess(*(("--talker", talker) if talker else ()), *(("--asr-model", asr) if asr else ()))
         with server.running():
             for split in args.split or ("tune", "heldout"):
                 for td in args.detector or ("server_vad", "semantic_vad"):
-                    name = ", ".join(x for x in (td, talker, split) if x)
+                    name = ", ".join(x for x in (td, talker, asr and f"Whisper {asr}", split) if x)
                     results[name] = await run(server.url, td, args.quick, args.turns_only, split, args.listening)
                     print(f"{name}: done", flush=True)
     report(results)

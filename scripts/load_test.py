@@ -146,10 +146,14 @@ async def main() -> None:
     ap.add_argument("--seconds", type=float, default=120.0)
     ap.add_argument("--rounds", type=int, default=1, help="rounds of --seconds; RSS and tasks are read after each")
     ap.add_argument("--talker", help="duplex serve --talker (default: the server's default voice)")
+    ap.add_argument("--asr-model", help="duplex serve --asr-model (default: the server's default recogniser)")
     args = ap.parse_args()
     audio = voices()
     # Its log goes to a file: a pipe nobody reads would block it.
-    flags = ("--talker", args.talker) if args.talker else ()
+    flags = (
+        *(("--talker", args.talker) if args.talker else ()),
+        *(("--asr-model", args.asr_model) if args.asr_model else ()),
+    )
     server = ServerProcess(*flags, log=Path(tempfile.gettempdir()) / "duplex-load-server.log")
     server.start()
     port, pid = server.port, server.pid
