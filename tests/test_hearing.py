@@ -21,7 +21,7 @@ from duplex.app.core.events import (
 )
 from duplex.app.core.listening.bargein import BargeState, says_something
 from duplex.app.core.listening.ears import Ears
-from duplex.app.core.listening.listener import TAIL_MS, Listener
+from duplex.app.core.listening.listener import JUDGE_EVERY_MS, JUDGE_FROM_MS, PARTIAL_EVERY_MS, TAIL_MS, Listener
 from duplex.app.core.listening.semantic import EAGERNESS, OWN_PAUSE_MARGIN_MS, SemanticTurns, words_hang
 from duplex.app.core.listening.signals import (
     AskTurn,
@@ -412,7 +412,7 @@ def test_words_no_partial_heard_stop_do_not_end_the_speech():
     and the rest of the barge-in is not taken for the sound behind the user."""
     ears = Listener(Script([0.9] * 400), RATE, SEMANTIC, floor_dbfs=float("-inf"), ears=HEARS_ALL)
     out = feed(ears, 8, replying=True)
-    [first] = of(Partial, out)
+    first, *unanswered = of(Partial, out)
     ears.on_partial("Sorry", first.upto)
     softer = np.full(WINDOW, 1200, np.int16)  # 8 dB under the first word: a stall's drop
     out = feed(ears, 60, pcm=softer, replying=True)  # its partials are never answered
@@ -432,11 +432,16 @@ def test_speech_over_a_reply_is_transcribed_sooner_so_an_interruption_is_judged_
     out = feed(ears, 24, replying=True)  # 768 ms of speech over a reply: it ducks, and is judged
     assert of(Duck, out), "the reply ducked"
     partials = of(Partial, out)
-    assert [p.upto for p in partials] == [ms(224), ms(448), ms(672)], "every ~200 ms (32 ms windows), not 400"
-    ears.on_partial("wait, please stop", partials[-1].upto)
+    first = -(-JUDGE_FROM_MS // 32) * 32  # in whole 32 ms windows
+    every = -(-JUDGE_EVERY_MS // 32) * 32
+    assert every < PARTIAL_EVERY_MS
+    expected = [ms(first + every * k) for k in range((768 - first) // every + 1)]
+    assert [p.upto for p in partials] == expected, "from ~200 ms of it, every ~100 ms, not 400"
+    last = partials[-1].upto
+    ears.on_partial("wait, please stop", last)
     assert ears.barge_in.state is BargeState.INTERRUPTED
-    out = feed(ears, 25, replying=True)
-    assert [p.upto - ms(672) for p in of(Partial, out)] == [ms(416), ms(832)], "judged: every 400 ms again"
+    out = feed(ears, 27, replying=True)
+    assert [p.upto - last for p in of(Partial, out)] == [ms(416), ms(832)], "judged: every 400 ms again"
 
 
 def test_a_recogniser_that_lags_does_not_end_a_turn_the_user_is_still_speaking():

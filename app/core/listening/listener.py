@@ -54,9 +54,15 @@ has judged all of it (it judges a window 40-80 ms after the audio came: the resa
 the window). The candidate is on a turn's critical path (~420 ms of a core here)."""
 PARTIAL_EVERY_MS = 400
 """Speech between two partial transcripts."""
-JUDGE_EVERY_MS = 200
+JUDGE_EVERY_MS = 100
 """...while the speech is over a ducked reply: its first words decide whether the reply is
-cancelled, so they are asked for sooner (an interruption silences the reply sooner)."""
+cancelled, so they are asked for sooner (an interruption silences the reply sooner; see
+docs/benchmarks.md, "Asked as soon as the audio is in hand"). A slow CPU asks no more often
+than it decodes: a session's partials wait in a lane of their own, one at a time, the
+newest replacing the one not yet begun."""
+JUDGE_FROM_MS = 200
+"""...but not before this much of it: Whisper guesses at ~100 ms of a hum ("Thank you."
+for eSpeak's "hm", two words that cancel a reply); at 200 ms it hears "Hmm"."""
 HYSTERESIS = 0.15
 """Once speech has started, windows down to ``threshold - HYSTERESIS`` still count as speech."""
 
@@ -180,7 +186,8 @@ class Listener:
         if self.in_speech:
             judging = self.barge_in.judging
             every = ms_to_samples(JUDGE_EVERY_MS if judging else PARTIAL_EVERY_MS, self.rate)
-            if self.ears.partials and not self._silent and self.vad.samples - self._partial_at >= every:
+            early = judging and self.vad.samples - self._onset < ms_to_samples(JUDGE_FROM_MS, self.rate)
+            if self.ears.partials and not self._silent and not early and self.vad.samples - self._partial_at >= every:
                 self._partial_at = self.vad.samples
                 out.append(Partial(self._slice(self._segment_start, self.vad.samples), self.vad.samples))
         self._trim()
