@@ -15,6 +15,7 @@ from duplex.pipeline.detectors.smart_turn import SmartTurn
 from duplex.pipeline.recognizer import Recognizer
 from duplex.pipeline.recognizers.openai_remote import OpenAIRecognizer
 from duplex.pipeline.recognizers.pocketsphinx import PocketsphinxRecognizer
+from duplex.pipeline.recognizers.tiered import TieredWhisper
 from duplex.pipeline.recognizers.whisper import WhisperRecognizer
 from duplex.pipeline.talker import Talker
 from duplex.pipeline.talkers.espeak import EspeakTalker
@@ -34,7 +35,7 @@ KINDS: dict[type, tuple[type, ...]] = {
     Talker: (EspeakTalker, KokoroTalker, HibariTalker, CodecTalker),
     Vocoder: (PcmVocoder, SnacVocoder),
     Thinker: (EchoThinker, OpenAIChatThinker, VllmChatThinker),
-    Recognizer: (WhisperRecognizer, OpenAIRecognizer, PocketsphinxRecognizer),
+    Recognizer: (TieredWhisper, WhisperRecognizer, OpenAIRecognizer, PocketsphinxRecognizer),
     VoiceActivity: (SileroVad,),
     TurnModel: (SmartTurn,),
 }

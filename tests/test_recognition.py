@@ -4,6 +4,7 @@ quiet, through the shipped Whisper models; and the weights' pinning."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from dataclasses import replace
 
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 
 from duplex.app.harness.voices import load_corpus, variant, wer
+from duplex.pipeline.recognizers.tiered import BUSY, FITS_MS, WINDOW_S, Load, TieredWhisper, cores
 from duplex.pipeline.recognizers.whisper import MODELS, WhisperRecognizer, drop_echoes
 from duplex.pipeline.weights import WeightsError
 
@@ -51,6 +53,58 @@ def test_whisper_base_is_selectable_and_hears_as_well():
     base = WhisperRecognizer("base", workers=1)
     base.load()
     assert error_rate(base, "clean", step=4) <= 0.15
+
+
+def _load(share: float) -> Load:
+    """A process that has used ``share`` of its cores over the last window."""
+    t = [0.0]
+    load = Load(clock=lambda: t[0], cpu=lambda: t[0] * share * cores())
+    t[0] = WINDOW_S
+    load.now()
+    return load
+
+
+def test_the_load_is_the_share_of_the_cores_used_over_the_last_window():
+    t, cpu = [0.0], [0.0]
+    load = Load(clock=lambda: t[0], cpu=lambda: cpu[0])
+    t[0], cpu[0] = WINDOW_S / 2, WINDOW_S * cores()
+    assert load.now() == 0.0  # half a window: not yet measured
+    t[0] = WINDOW_S
+    assert load.now() == pytest.approx(1.0)
+    t[0] += 4 * WINDOW_S  # four quiet windows since
+    assert load.now() == pytest.approx(0.0)
+    assert _load(0.3).now() == pytest.approx(0.3)
+
+
+async def test_a_turn_gets_base_while_the_cpu_has_room_and_tiny_en_otherwise():
+    tiered = TieredWhisper(workers=2)
+    await tiered.start()
+    try:
+        assert tiered.fits == (tiered.probe_ms <= FITS_MS)  # measured on this CPU at start
+        tiered.fits = True  # (the routing below, whatever this CPU is)
+        # A held-out turn in babble the two models hear differently: which one spoke is plain.
+        for i, clip in enumerate(c for c in load_corpus().split("heldout") if c.kind == "turn"):
+            pcm = variant(clip, "babble10", RATE, seed=i)
+            fast, accurate = tiered.fast.transcribe_blocking(pcm, RATE), tiered.accurate.transcribe_blocking(pcm, RATE)
+            if fast != accurate:
+                break
+        else:
+            pytest.fail("tiny.en and base heard every held-out babble turn alike")
+        tiered.load = _load(0.1)
+        assert await tiered.transcribe(pcm, RATE) == accurate
+        assert await tiered.transcribe(pcm, RATE, partial=True) == tiered.fast.transcribe_blocking(pcm, RATE, True)
+        other = asyncio.create_task(tiered.transcribe(np.tile(pcm, 4), RATE))
+        await asyncio.sleep(0)  # it starts, and is in flight until its decode is done
+        assert tiered.busy == 1
+        assert await tiered.transcribe(pcm, RATE) == fast  # a second decode at once: tiny.en's
+        await other
+        tiered.load = _load(BUSY + 0.05)
+        assert await tiered.transcribe(pcm, RATE) == fast  # a busy process: tiny.en's
+        tiered.load, tiered.fits = _load(0.1), False
+        assert await tiered.transcribe(pcm, RATE) == fast  # a CPU too slow for base: tiny.en's always
+        assert tiered.turns == {"tiny.en": 3, "base": 2}  # (the one in flight was base's)
+    finally:
+        await tiered.aclose()
 
 
 def test_a_cough_or_a_hum_is_heard_as_nothing_not_as_thank_you(recognizer):

@@ -85,7 +85,9 @@ class BackendChoice:
         choices=RECOGNIZERS,
     )
     asr_model: str | None = option(
-        None, "--asr whisper: tiny.en (default) or base; --asr openai: the model name the server serves"
+        None,
+        "--asr whisper: auto (default: base for turns while the CPU has room, tiny.en otherwise), tiny.en or base; "
+        "--asr openai: the model name the server serves",
     )
     asr_url: str | None = option(None, "--asr openai: the server's base URL (e.g. http://host:8000)")
     turn_model: str = option(
@@ -144,11 +146,14 @@ def _recognizer(choice: BackendChoice) -> Recognizer | None:
     if choice.asr != "openai" and choice.asr_url:
         raise BackendError("--asr-url is for --asr openai")
     if choice.asr == "whisper":
+        from duplex.pipeline.recognizers.tiered import TieredWhisper
         from duplex.pipeline.recognizers.whisper import MODELS, WhisperRecognizer
 
-        model = choice.asr_model or "tiny.en"
+        model = choice.asr_model or "auto"
+        if model == "auto":
+            return TieredWhisper(workers=choice.asr_workers)
         if model not in MODELS:
-            raise BackendError(f"--asr-model {model!r}: Whisper models shipped are {', '.join(MODELS)}")
+            raise BackendError(f"--asr-model {model!r}: Whisper models shipped are auto, {', '.join(MODELS)}")
         return WhisperRecognizer(model, workers=choice.asr_workers)
     if choice.asr == "openai":
         from duplex.pipeline.recognizers.openai_remote import OpenAIRecognizer
