@@ -8,7 +8,7 @@ decode time left out; answers cached, so eagerness variants cost seconds).
 End of turn = from the true end of speech to the frame the turn ended at; silence =
 to the turn's ``audio_end``; take-over = a turn that ended inside the pause.
 
-    python scripts/bench_eot.py [--split heldout] [--variant settle_ms=350,doubt_ms=700 ...]
+    python scripts/bench_eot.py [--split heldout] [--variant settle_ms=350,doubt_ms=700 ...] [--asr-model base]
 """
 
 from __future__ import annotations
@@ -74,8 +74,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--split", choices=("tune", "heldout"), action="append", help="default: both")
     ap.add_argument("--variant", action="append", default=[], help="medium eagerness fields, e.g. settle_ms=350")
+    ap.add_argument("--asr-model", default="tiny.en", help="the Whisper model whose transcripts the policy reads")
     args = ap.parse_args()
-    corpus, vad, answers = load_corpus(), SileroVad(), Answers()
+    corpus, vad, answers = load_corpus(), SileroVad(), Answers(args.asr_model)
     medium = S.EAGERNESS["medium"]
     print(header("part", "medium eagerness", "pause TOR ↓", "turns ended", "end of turn ↓", "silence required"))
     for split in args.split or ["tune", "heldout"]:

@@ -2,7 +2,7 @@
 before the next frame (as the synced replay gets them), the answers cached by audio
 slice so a policy can be varied in the same process in seconds.
 
-Silero, Whisper tiny.en and Smart Turn run here; the decode time is left out, so the
+Silero, Whisper (tiny.en, or the model asked for) and Smart Turn run here; the decode time is left out, so the
 decisions are the server's and the latencies are audio time. Whisper's decode is kept
 with its scores, and its drop-a-guess rule applied per call at :attr:`Answers.low`.
 """
@@ -26,8 +26,8 @@ EARS = Ears(transcripts=True, partials=True, turn_model=True)
 class Answers:
     """The models' answers, cached by audio."""
 
-    def __init__(self) -> None:
-        self.whisper = W.WhisperRecognizer()
+    def __init__(self, asr_model: str = "tiny.en") -> None:
+        self.whisper = W.WhisperRecognizer(asr_model)
         self.whisper.load()
         self.turns = SmartTurn()
         self.turns.load()
