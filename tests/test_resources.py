@@ -27,12 +27,15 @@ from duplex.app.harness.voices import load_corpus, resample
 
 SLACK_KIB = 10 * 1024
 STORM_SLACK_KIB = 20 * 1024
-"""A pause storm after the first: on a CPU with AVX-512 VNNI and AMX, five 28 s storms in
-a row grew the server 47 / 11 / 8 / 9 / 6 MiB (646b813, which passed this test's 10 MiB
-elsewhere) and 49 / 11 / 7 / 5 / 11 MiB (2026-12-02): native memory, not Python's
-(tracemalloc's total moved 0.1 MiB), about half of it onnxruntime's CPU arenas (off, the
-same storms grew it 21 / 11 / 2 / 5 / 7 MiB). Not yet found; the leak this test was made
-for queued the audio of every pause (+460-880 MiB)."""
+"""A pause storm after the first: on a CPU with AVX-512 VNNI and AMX, storms in a row grew
+the server 47 / 11 / 8 / 9 / 6 MiB (646b813, which passed this test's 10 MiB elsewhere).
+Native memory, not Python's (tracemalloc's total moved 0.1 MiB), and not a leak: twelve
+storms grew it 45 / 12 / 12 / 8 / 4 / 6 / 2 / 3 / 0 / 4 / 1 / 2 MiB (2026-12-02): a high-water
+mark the allocators reach within a few storms. With onnxruntime's CPU arenas off for the
+models whose shapes vary (hibari, Kokoro, Smart Turn) it was 21 / 13 / 9 / 7 / 0 / 2 / 5 / 3 /
+7 / -1 / 1 / 0 MiB from a baseline 51 MiB lower, but 20 sessions' median first audio rose
+~30 ms (502-509 against 466-481 ms), so the arenas stay. The leak this test was made for queued the
+audio of every pause (+460-880 MiB)."""
 
 
 def _tasks(server: ServerProcess) -> int:
