@@ -52,6 +52,15 @@ def tasks(server: ServerProcess) -> int:
     return int(float(found.group(1)))
 
 
+def turn_models(server: ServerProcess) -> dict[str, int]:
+    """Turn transcriptions (pause candidates, finals) each Whisper model made so far
+    (``--asr-model auto``; empty with one model)."""
+    found = re.findall(
+        r'^duplex_turn_transcripts_total\{model="([^"]+)"\} (\S+)$', server.http("/metrics").decode(), re.M
+    )
+    return {model: int(float(n)) for model, n in found}
+
+
 def tally() -> dict[str, Any]:
     return {
         "turns": 0,
@@ -161,7 +170,7 @@ async def main() -> None:
         # Warm up (one conversation), then the baseline.
         await conversation(port, audio, time.monotonic() + 1, random.Random(0), tally())
         await asyncio.sleep(2)
-        base_rss, base_tasks = rss_kib(pid), tasks(server)
+        base_rss, base_tasks, models0 = rss_kib(pid), tasks(server), turn_models(server)
         out = tally()
         peak = {"rss": base_rss, "tasks": base_tasks}
         workers = descendants(pid)
@@ -187,6 +196,7 @@ async def main() -> None:
         cpu1 = (cpu_seconds(pid), sum(cpu_seconds(w) for w in workers), time.process_time())
         cpu = [(b - a) / wall for a, b in zip(cpu0, cpu1, strict=True)]
         worker_rss = sum(rss_kib(w) for w in workers)
+        models = {m: n - models0.get(m, 0) for m, n in turn_models(server).items()}
     finally:
         server.stop()
     rounds = f"{args.rounds} rounds of {args.seconds:.0f} s" if args.rounds > 1 else f"{args.seconds:.0f} s"
@@ -231,6 +241,9 @@ async def main() -> None:
     log = server.log.read_text() if server.log else ""
     fallbacks = log.count("speaks with eSpeak NG")
     print(f"| replies spoken with eSpeak NG because the neural voice was at capacity | {fallbacks} |")
+    if models:
+        made = ", ".join(f"{m}: {n}" for m, n in models.items())
+        print(f"| turn transcriptions (pause candidates and finals) by each Whisper model | {made} |")
     print(f"| recognition worker processes / their RSS | {len(workers)} / {worker_rss // 1024} MiB |")
     print(
         f"| CPU (cores busy): server / recognition workers / load clients | "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
 import wave
 from pathlib import Path
@@ -149,3 +150,25 @@ async def test_scenario_against_the_default_server(path: Path, default_server, t
     result = await runner.run(load(path))
     assert result.passed, "\n".join(result.failures)
     assert result.stale_bytes == 0
+
+
+async def test_the_default_server_counts_the_turns_each_whisper_heard(default_server):
+    from duplex.app.clients.realtime import RealtimeClient
+    from duplex.app.harness.voices import load_corpus, resample
+
+    def counts() -> dict[str, int]:
+        metrics = default_server.http("/metrics").decode()
+        found = re.findall(r'^duplex_turn_transcripts_total\{model="([^"]+)"\} (\d+)$', metrics, re.M)
+        return {model: int(n) for model, n in found}
+
+    before = counts()
+    clip = next(c for c in load_corpus().turns if c.split == "heldout")
+    c = await RealtimeClient.connect(default_server.port)
+    await c.update(turn_detection=None)
+    await c.append(resample(clip.pcm, clip.rate, 24000))
+    await c.send("input_audio_buffer.commit")
+    await c.until("conversation.item.input_audio_transcription.completed")
+    await c.close()
+    after = counts()
+    assert set(after) == {"tiny.en", "base"}
+    assert sum(after.values()) == sum(before.get(m, 0) for m in after) + 1  # one turn, one model

@@ -157,6 +157,9 @@ class DuplexServer:
         m.set("duplex_sessions", len(self.connections))
         m.set("duplex_tasks", len(asyncio.all_tasks()))
         m.set("duplex_loop_share_sessions", self.loop_share.counted(asyncio.get_running_loop().time()))
+        turns = getattr(self.backends.recognizer, "turns", None)  # a recogniser with models to choose from
+        for model, n in (turns or {}).items():
+            m.labelled[("duplex_turn_transcripts_total", "model", model)] = n
         return m.render()
 
     def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:

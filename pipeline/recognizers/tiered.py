@@ -38,7 +38,7 @@ PROBE = AssetFile("speech/the_weather_is_nice.wav", "c6a88a2337f7740b709bfe50618
 FITS_MS = 200.0
 """Base's decode of the probe sentence (1.9 s) may take this long: ~85 ms on an AVX-512
 CPU, where base's turns added nothing to first audio; a CPU that needs more than twice
-that would make turns wait (on a 2-core CPU without it tiny.en alone took ~350 ms)."""
+that would make turns wait (on a 2-core CPU without AVX-512, tiny.en alone took ~350 ms a turn)."""
 BUSY = 0.5
 """Share of the cores the process may have used over the last second for a turn to get base."""
 WINDOW_S = 1.0
@@ -85,10 +85,13 @@ class TieredWhisper:
         self.load = Load()
         self.fits: bool | None = None
         """Whether this CPU decodes a turn with the accurate model in time (known after :meth:`start`)."""
+        self.probe_ms: float | None = None
+        """The accurate model's quickest decode of the probe at start."""
         self.busy = 0
         """Decodes in flight."""
         self.turns = {fast: 0, accurate: 0}
-        """Turns each model has transcribed (for the benchmarks and tests)."""
+        """Turn transcriptions (a pause's candidate, a committed turn's final) each model made:
+        ``duplex_turn_transcripts_total{model}`` in /metrics."""
 
     @property
     def concurrency(self) -> int:
