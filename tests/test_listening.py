@@ -149,3 +149,46 @@ def test_prefix_padding_reaches_back_before_the_onset():
     out = listen([0.0] * 40 + [0.9] * 20 + [0.0] * 30, td)
     [started] = [s for s in out if isinstance(s, Started)]
     assert started.onset - started.audio_start == 300 * RATE // 1000
+
+
+def test_the_onset_is_where_the_speech_rose_into_the_decision_and_only_the_watermark_moves():
+    # A word's start: surer and louder window by window (0.1, 0.2, 0.44 at -41, -35, -27
+    # dBFS), decided at the fourth window; the steady sound before it (0.3 at -41 dBFS)
+    # does not rise into it.
+    probs = [0.0] * 5 + [0.3] * 3 + [0.1, 0.2, 0.44] + [0.9] * windows(1200) + [0.0] * 30
+    pcm = [300] * 5 + [300] * 3 + [300, 600, 1500] + [3000] * (len(probs) - 11)
+    ears = Listener(Script(probs), RATE, TD, floor_dbfs=float("-inf"))
+    out = [s for level in pcm for s in ears.push(np.full(WINDOW, level, np.int16), replying=True)]
+    [started] = [s for s in out if isinstance(s, Started)]
+    assert started.onset == 8 * WINDOW, "back to the 0.1 window, not into the steady sound"
+    assert [s for s in out if isinstance(s, (Duck, Interrupt))] == [Duck(8 * WINDOW), Interrupt(8 * WINDOW)]
+    # Durations still count from the window that was sure: 768 ms of it, 832 ms from
+    # where it began, is short of the 800 ms that interrupts.
+    short = [0.0] * 5 + [0.2, 0.44] + [0.9] * (windows(800) - 1) + [0.0] * 40
+    levels = [300] * 5 + [600, 1500] + [3000] * (len(short) - 7)
+    ears = Listener(Script(short), RATE, TD, floor_dbfs=float("-inf"))
+    out = [s for level in levels for s in ears.push(np.full(WINDOW, level, np.int16), replying=True)]
+    assert not [s for s in out if isinstance(s, Interrupt)], "the lean windows add nothing to its length"
+    assert [type(s) for s in out] == [Started, Duck, Stopped, Resume]
+    assert [s.onset for s in out if isinstance(s, Duck)] == [5 * WINDOW]
+
+
+def test_the_onset_moves_back_no_further_than_its_cap():
+    probs = [0.0] * 5 + [0.06, 0.07, 0.08, 0.09, 0.1, 0.11, 0.12, 0.13, 0.14, 0.15] + [0.9] * 20 + [0.0] * 40
+    pcm = [0] * 5 + [100 * (i + 1) for i in range(10)] + [3000] * 60
+    ears = Listener(Script(probs), RATE, TD, floor_dbfs=float("-inf"))
+    out = [s for level in pcm for s in ears.push(np.full(WINDOW, level, np.int16), replying=False)]
+    [started] = [s for s in out if isinstance(s, Started)]
+    assert started.onset == 15 * WINDOW - 6 * WINDOW, "200 ms: six windows of 32 ms"
+
+
+def test_speech_after_a_clear_begins_after_it():
+    probs = [0.0] * 5 + [0.1, 0.2, 0.3] + [0.9] * 20 + [0.0] * 40
+    pcm = [0] * 5 + [300, 600, 1200] + [3000] * 60
+    ears = Listener(Script(probs), RATE, TD, floor_dbfs=float("-inf"))
+    for level in pcm[:7]:
+        ears.push(np.full(WINDOW, level, np.int16), replying=False)
+    ears.clear()  # input_audio_buffer.clear between the 0.2 and the 0.3 window
+    out = [s for level in pcm[7:] for s in ears.push(np.full(WINDOW, level, np.int16), replying=False)]
+    [started] = [s for s in out if isinstance(s, Started)]
+    assert started.onset == 7 * WINDOW, "back to the 0.3 window, not past the clear"

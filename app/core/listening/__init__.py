@@ -1,11 +1,12 @@
 """Listening: one session's ears, from input audio to speech, turns and barge-in.
 
 The :class:`Listener` is the way in; what it reports are its :mod:`signals`. Inside:
-voice activity with hysteresis (:mod:`listener`), whose sound it is (:mod:`levels`),
-words that have stopped under sound that goes on (:mod:`stall`), speech over a reply
-(:mod:`bargein`), and when the turn is over (:mod:`detectors`: ``server_vad``'s
-silence window, :mod:`semantic`'s ``semantic_vad``). Outside this package only what
-is exported here is used (tests/test_architecture.py keeps it so).
+voice activity with hysteresis (:mod:`listener`), where speech began (:mod:`onset`),
+whose sound it is (:mod:`levels`), words that have stopped under sound that goes on
+(:mod:`stall`), speech over a reply (:mod:`bargein`), and when the turn is over
+(:mod:`detectors`: ``server_vad``'s silence window, :mod:`semantic`'s ``semantic_vad``).
+Outside this package only what is exported here is used (tests/test_architecture.py
+keeps it so).
 """
 
 from duplex.app.core.listening.detectors import DETECTORS, TurnDetector, turn_detector

@@ -136,7 +136,7 @@ class BargeIn:
         self.words = words
         """Transcripts of the speech will come (:meth:`on_words`): they decide, not duration."""
         self.state = BargeState.IDLE
-        self._onset = 0
+        self._began = 0  # the watermark of the speech being judged (where it began)
         self._heard = False  # a transcript of this speech came
         self._content = False  # ...and it says something, at the user's level
         self._backchannel = False  # ...or it holds backchannel words only
@@ -160,11 +160,14 @@ class BargeIn:
         whether a reply was ducked for it (it resumes)."""
         return self._move(BargeEvent.ENDED) is BargeState.JUDGING
 
-    def started(self, onset: int, replying: bool) -> list[Signal]:
-        """Speech began at input sample ``onset``; ``replying``: a reply is being heard."""
+    def started(self, onset: int, replying: bool, *, began: int | None = None) -> list[Signal]:
+        """Speech was decided at input sample ``onset`` and began at ``began`` (the
+        watermark of every :class:`Duck` and :class:`Interrupt` for it; default
+        ``onset``); ``replying``: a reply is being heard."""
         self._move(BargeEvent.OVER_REPLY if replying and self.enabled else BargeEvent.ALONE)
-        self._onset, self._heard, self._content, self._backchannel = onset, False, False, False
-        return [Duck(onset)] if self.judging else []
+        self._began = onset if began is None else began
+        self._heard, self._content, self._backchannel = False, False, False
+        return [Duck(self._began)] if self.judging else []
 
     def on_words(self, text: str, *, loud: bool, heard_ms: int | None = None) -> list[Signal]:
         """A transcript of the speech so far (``heard_ms`` of it, if known); ``loud``: it is at
@@ -178,7 +181,7 @@ class BargeIn:
         self._backchannel = not self._content and bool(_WORD.findall(text.lower()))
         if self._content:
             self._move(BargeEvent.WORDS)
-            return [Interrupt(self._onset)]
+            return [Interrupt(self._began)]
         return []
 
     def speaking(self, onset: int, speech_end: int, *, loud: bool = True) -> list[Signal]:
@@ -190,7 +193,7 @@ class BargeIn:
         unheard = self._heard and not self._content and not self._backchannel
         if loud and not self._backchannel and spoken >= self.min_speech + (self.unheard if unheard else 0):
             self._move(BargeEvent.LONG)  # the user's voice, long, and not a backchannel
-            return [Interrupt(onset)]
+            return [Interrupt(self._began)]
         if not loud and spoken >= self.noise:
             self._move(BargeEvent.NOISE)  # someone else, a loudspeaker: let the reply play on
             return [Resume()]
@@ -225,8 +228,8 @@ class BargeIn:
         if was is BargeState.IDLE:
             return Ending([], turn=None)
         if self._content:
-            return Ending([Interrupt(onset)], turn=True)
+            return Ending([Interrupt(self._began)], turn=True)
         unheard = self._heard and not self._backchannel
         if self._backchannel or not loud or speech_end - onset < self.min_speech + (self.unheard if unheard else 0):
             return Ending([Resume()], turn=False)
-        return Ending([Interrupt(onset)], turn=True)
+        return Ending([Interrupt(self._began)], turn=True)

@@ -25,6 +25,7 @@ from duplex.app.core.listening.bargein import BargeIn, BargeState
 from duplex.app.core.listening.detectors import turn_detector
 from duplex.app.core.listening.ears import DEAF, Ears
 from duplex.app.core.listening.levels import Levels
+from duplex.app.core.listening.onset import OnsetTrace
 from duplex.app.core.listening.signals import (
     AskTurn,
     Continued,
@@ -133,6 +134,7 @@ class Listener:
         self.barge_in = BargeIn(td, rate, words=ears.transcripts)
         self.levels = Levels(rate)
         self.stall = Stall(rate)
+        self.trace = OnsetTrace(rate)
         self._stall_on = td.type == "semantic_vad" and ears.partials  # words end turns under babble
         self._chunks: list[np.ndarray] = []
         self._buffer_start = start  # input sample of self._chunks[0][0]
@@ -146,6 +148,8 @@ class Listener:
 
     def _move(self, event: HearingEvent) -> Hearing:
         was, self.state = self.state, MOVES.move(self.state, event)
+        if event in (HearingEvent.ONSET, HearingEvent.ENDED):
+            self.trace.forget()
         return was
 
     @property
@@ -164,8 +168,10 @@ class Listener:
             if not self.in_speech:
                 if w.probability >= self.td.threshold and self.levels.onset_allowed(w.level, w.end, replying=replying):
                     self._speech_end = w.end
-                    out += self._start(w.start, replying)
+                    out += self._start(w.start, replying, began=self.trace.began(w, self.td.threshold))
                     self.levels.speech(w.level)
+                else:
+                    self.trace.quiet(w)
             elif w.probability >= self.td.threshold - HYSTERESIS and not self._background(w.level):
                 was = self._move(HearingEvent.SPEECH)
                 if was is Hearing.PAUSE_SEEN:
@@ -266,14 +272,20 @@ class Listener:
         start = self._segment_start
         return [SpeechPaused(self._slice(start, upto), start, upto, self._speech_end)]
 
-    def _start(self, onset: int, replying: bool) -> list[Signal]:
+    def _start(self, onset: int, replying: bool, *, began: int) -> list[Signal]:
+        """Speech decided at ``onset`` that began at ``began`` (see :mod:`~duplex.app.core.listening.onset`):
+        its durations count from the first, the barge-in watermark is the second. The
+        prefix padding counts from the first, reaching back to the second at least (padding
+        from where it began gave the recogniser up to 200 ms more of the quiet before, and
+        held-out live WER 0.183 -> 0.204)."""
         self._move(HearingEvent.ONSET)
         self._onset = onset
         self._partial_at = onset
-        self._segment_start = max(self._buffer_start, onset - ms_to_samples(self.td.prefix_padding_ms, self.rate), 0)
+        padded = min(began, onset - ms_to_samples(self.td.prefix_padding_ms, self.rate))
+        self._segment_start = max(self._buffer_start, padded, 0)
         self.levels.start()
         self.stall.start(onset)
-        return [Started(onset, self._segment_start), *self.barge_in.started(onset, replying)]
+        return [Started(began, self._segment_start), *self.barge_in.started(onset, replying, began=began)]
 
     def _stop(self, audio_end: int, speech_end: int) -> list[Signal]:
         self._move(HearingEvent.ENDED)
@@ -331,6 +343,7 @@ class Listener:
         """Forget buffered audio (``input_audio_buffer.clear``): the speech in progress
         ends with it, as no turn (speech that goes on starts afresh)."""
         out = self.abandon()
+        self.trace.forget()  # speech after the clear begins after it
         self._chunks = [np.zeros(0, np.int16)]
         self._buffer_start = self.vad.samples
         self._segment_start = self.vad.samples
