@@ -27,7 +27,7 @@ RATE = 24000
 CONDITIONS = ("clean", "tel", "low", "babble10")
 
 
-def decided(w: VadWindow, threshold: float) -> int:
+def decided(w: VadWindow) -> int:
     """The baseline: the onset is the first window sure of speech."""
     return w.start
 

@@ -168,7 +168,7 @@ class Listener:
             if not self.in_speech:
                 if w.probability >= self.td.threshold and self.levels.onset_allowed(w.level, w.end, replying=replying):
                     self._speech_end = w.end
-                    out += self._start(w.start, replying, began=self.trace.began(w, self.td.threshold))
+                    out += self._start(w.start, replying, began=self.trace.began(w))
                     self.levels.speech(w.level)
                 else:
                     self.trace.quiet(w)

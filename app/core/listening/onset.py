@@ -46,9 +46,8 @@ class OnsetTrace:
         """Speech started or ended: the windows before it are no onset's any more."""
         self._quiet.clear()
 
-    def began(self, w: VadWindow, threshold: float) -> int:
-        """Speech was decided at window ``w`` (``threshold``: the VAD's bar for speech):
-        the input sample where it began."""
+    def began(self, w: VadWindow) -> int:
+        """Speech was decided at window ``w``: the input sample where it began."""
         onset, later = w.start, w
         for prev in reversed(self._quiet):
             rising = LEAN <= prev.probability < later.probability and prev.level < later.level
