@@ -151,14 +151,22 @@ def test_prefix_padding_reaches_back_before_the_onset():
     assert started.onset - started.audio_start == 300 * RATE // 1000
 
 
+def at_levels(
+    probabilities: list[float], amplitudes: list[int], *, replying: bool, ears: Listener | None = None
+) -> list:
+    """Feed one window per amplitude (constant PCM, so its level), the VAD answering
+    ``probabilities``; ``ears``: go on with this listener."""
+    ears = ears or Listener(Script(probabilities), RATE, TD, floor_dbfs=float("-inf"))
+    return [s for a in amplitudes for s in ears.push(np.full(WINDOW, a, np.int16), replying=replying)]
+
+
 def test_the_onset_is_where_the_speech_rose_into_the_decision_and_only_the_watermark_moves():
     # A word's start: surer and louder window by window (0.1, 0.2, 0.44 at -41, -35, -27
     # dBFS), decided at the fourth window; the steady sound before it (0.3 at -41 dBFS)
     # does not rise into it.
     probs = [0.0] * 5 + [0.3] * 3 + [0.1, 0.2, 0.44] + [0.9] * windows(1200) + [0.0] * 30
     pcm = [300] * 5 + [300] * 3 + [300, 600, 1500] + [3000] * (len(probs) - 11)
-    ears = Listener(Script(probs), RATE, TD, floor_dbfs=float("-inf"))
-    out = [s for level in pcm for s in ears.push(np.full(WINDOW, level, np.int16), replying=True)]
+    out = at_levels(probs, pcm, replying=True)
     [started] = [s for s in out if isinstance(s, Started)]
     assert started.onset == 8 * WINDOW, "back to the 0.1 window, not into the steady sound"
     assert [s for s in out if isinstance(s, (Duck, Interrupt))] == [Duck(8 * WINDOW), Interrupt(8 * WINDOW)]
@@ -166,8 +174,7 @@ def test_the_onset_is_where_the_speech_rose_into_the_decision_and_only_the_water
     # where it began, is short of the 800 ms that interrupts.
     short = [0.0] * 5 + [0.2, 0.44] + [0.9] * (windows(800) - 1) + [0.0] * 40
     levels = [300] * 5 + [600, 1500] + [3000] * (len(short) - 7)
-    ears = Listener(Script(short), RATE, TD, floor_dbfs=float("-inf"))
-    out = [s for level in levels for s in ears.push(np.full(WINDOW, level, np.int16), replying=True)]
+    out = at_levels(short, levels, replying=True)
     assert not [s for s in out if isinstance(s, Interrupt)], "the lean windows add nothing to its length"
     assert [type(s) for s in out] == [Started, Duck, Stopped, Resume]
     assert [s.onset for s in out if isinstance(s, Duck)] == [5 * WINDOW]
@@ -176,9 +183,7 @@ def test_the_onset_is_where_the_speech_rose_into_the_decision_and_only_the_water
 def test_the_onset_moves_back_no_further_than_its_cap():
     probs = [0.0] * 5 + [0.06, 0.07, 0.08, 0.09, 0.1, 0.11, 0.12, 0.13, 0.14, 0.15] + [0.9] * 20 + [0.0] * 40
     pcm = [0] * 5 + [100 * (i + 1) for i in range(10)] + [3000] * 60
-    ears = Listener(Script(probs), RATE, TD, floor_dbfs=float("-inf"))
-    out = [s for level in pcm for s in ears.push(np.full(WINDOW, level, np.int16), replying=False)]
-    [started] = [s for s in out if isinstance(s, Started)]
+    [started] = [s for s in at_levels(probs, pcm, replying=False) if isinstance(s, Started)]
     assert started.onset == 15 * WINDOW - 6 * WINDOW, "200 ms: six windows of 32 ms"
 
 
@@ -186,9 +191,8 @@ def test_speech_after_a_clear_begins_after_it():
     probs = [0.0] * 5 + [0.1, 0.2, 0.3] + [0.9] * 20 + [0.0] * 40
     pcm = [0] * 5 + [300, 600, 1200] + [3000] * 60
     ears = Listener(Script(probs), RATE, TD, floor_dbfs=float("-inf"))
-    for level in pcm[:7]:
-        ears.push(np.full(WINDOW, level, np.int16), replying=False)
+    at_levels(probs, pcm[:7], replying=False, ears=ears)
     ears.clear()  # input_audio_buffer.clear between the 0.2 and the 0.3 window
-    out = [s for level in pcm[7:] for s in ears.push(np.full(WINDOW, level, np.int16), replying=False)]
+    out = at_levels(probs, pcm[7:], replying=False, ears=ears)
     [started] = [s for s in out if isinstance(s, Started)]
     assert started.onset == 7 * WINDOW, "back to the 0.3 window, not past the clear"

@@ -3,8 +3,9 @@ before the next frame (as the synced replay gets them), the answers cached by au
 slice so a policy can be varied in the same process in seconds.
 
 Silero, Whisper (tiny.en, or the model asked for) and Smart Turn run here; the decode
-time is left out, so the decisions are the server's and the latencies are audio time. Whisper's decode is kept
-with its scores, and its drop-a-guess rule applied per call at :attr:`Answers.low`.
+time is left out, so the decisions are the server's and the latencies are audio time.
+Whisper's decode is kept with its scores, and its drop-a-guess rule applied per call at
+:attr:`Answers.low`.
 """
 
 from __future__ import annotations
