@@ -8,7 +8,7 @@ decode time left out; answers cached, so eagerness variants cost seconds).
 End of turn = from the true end of speech to the frame the turn ended at; silence =
 to the turn's ``audio_end``; take-over = a turn that ended inside the pause.
 
-    python scripts/bench_eot.py [--split heldout] [--variant settle_ms=350,doubt_ms=700 ...] [--asr-model base]
+    python scripts/bench_eot.py [--split heldout] [--variant settle_ms=350,doubt_ms=700 ...] [--asr-model tiny.en]
 """
 
 from __future__ import annotations
@@ -20,18 +20,11 @@ import numpy as np
 
 from duplex.app.core.listening import Stopped, Turn
 from duplex.app.core.listening import semantic as S
-from duplex.app.core.settings import TurnDetection
 from duplex.app.harness.offline import Answers, hear
+from duplex.app.harness.pauses import CONDITIONS, LEAD, PAUSE_CONDITIONS, RATE, TAIL, TD
 from duplex.app.harness.tables import header, spread
 from duplex.app.harness.voices import Clip, load_corpus, variant
 from duplex.pipeline.detectors.silero_vad import SileroVad
-
-RATE = 24000
-LEAD = np.zeros(RATE // 2, np.int16)
-TAIL = np.zeros(3 * RATE, np.int16)
-CONDITIONS = ("clean", "babble10", "tel", "low", "music10", "loud")
-PAUSE_CONDITIONS = ("clean", "babble10", "tel")
-TD = TurnDetection(type="semantic_vad")
 
 
 def ended(vad: SileroVad, answers: Answers, pcm: np.ndarray) -> tuple[int, int] | None:
@@ -74,7 +67,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--split", choices=("tune", "heldout"), action="append", help="default: both")
     ap.add_argument("--variant", action="append", default=[], help="medium eagerness fields, e.g. settle_ms=350")
-    ap.add_argument("--asr-model", default="tiny.en", help="the Whisper model whose transcripts the policy reads")
+    ap.add_argument(
+        "--asr-model",
+        default="base",
+        help="the Whisper model whose candidates the policy reads (a quiet server's: base)",
+    )
     args = ap.parse_args()
     corpus, vad, answers = load_corpus(), SileroVad(), Answers(args.asr_model)
     medium = S.EAGERNESS["medium"]

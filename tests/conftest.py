@@ -31,6 +31,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "core": (
         "test_context",
         "test_core_docs",
+        "test_eot_fit",
         "test_fuzz",
         "test_hearing",
         "test_intake",

@@ -42,8 +42,8 @@ from tests.test_listening import RATE, WINDOW, Script
 
 HEARS_ALL = Ears(transcripts=True, partials=True, turn_model=True)
 ASKS = EAGERNESS["medium"].asks
-QUICK_MS = ASKS[-1]
-"""The model is asked at each of ASKS; sure every time, the turn ends at the last (QUICK_MS)."""
+QUICK_MS = EAGERNESS["medium"].quick_ms
+"""The model is asked at each of ASKS; sure every time, the turn ends at QUICK_MS."""
 SEMANTIC = TurnDetection(type="semantic_vad", threshold=0.5, prefix_padding_ms=0, min_speech_ms=150)
 LOUD = np.full(WINDOW, 3000, np.int16)  # -21 dBFS
 QUIET = np.full(WINDOW, 300, np.int16)  # -41 dBFS
@@ -93,8 +93,8 @@ def test_words_that_hang_wait_for_more():
         (0.99, "Tell me a joke.", QUICK_MS),  # sure each time, and the words are whole: at once
         (0.98, "I would like to.", EAGERNESS["medium"].max_ms),  # sure, but the words hang
         (0.6, "Tell me a joke.", EAGERNESS["medium"].settle_ms),  # leaning to complete
-        (0.2, "Tell me a joke.", EAGERNESS["medium"].doubt_ms),  # the model says it goes on, the words do not
-        (0.2, "Tell me a joke and", EAGERNESS["medium"].max_ms),  # both say it goes on
+        (0.1, "Tell me a joke.", EAGERNESS["medium"].doubt_ms),  # the model says it goes on, the words do not
+        (0.1, "Tell me a joke and", EAGERNESS["medium"].max_ms),  # both say it goes on
     ],
 )
 def test_semantic_turn_ends_by_probability_and_words(p, text, silence_ms):

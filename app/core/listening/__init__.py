@@ -12,6 +12,7 @@ keeps it so).
 from duplex.app.core.listening.detectors import DETECTORS, TurnDetector, turn_detector
 from duplex.app.core.listening.ears import DEAF, Ears
 from duplex.app.core.listening.listener import Listener
+from duplex.app.core.listening.semantic import EAGERNESS, Eagerness, SemanticTurns, words_hang
 from duplex.app.core.listening.signals import (
     AskTurn,
     Continued,
@@ -29,14 +30,17 @@ from duplex.app.core.listening.signals import (
 __all__ = [
     "DEAF",
     "DETECTORS",
+    "EAGERNESS",
     "AskTurn",
     "Continued",
     "Duck",
+    "Eagerness",
     "Ears",
     "Interrupt",
     "Listener",
     "Partial",
     "Resume",
+    "SemanticTurns",
     "Signal",
     "SpeechPaused",
     "Started",
@@ -44,4 +48,5 @@ __all__ = [
     "Turn",
     "TurnDetector",
     "turn_detector",
+    "words_hang",
 ]

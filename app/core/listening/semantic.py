@@ -6,7 +6,7 @@ the pause the recogniser transcribes the turn as it stands (both off the event l
 their answers come back here). The silence the turn then needs depends on both:
 
 * the model is sure and the words do not hang (no trailing "and", "to the", ",")
-  -> the turn ends at ``ask_ms`` (~0.2-0.3 s after the speech);
+  -> the turn ends at ``quick_ms`` (~0.2-0.4 s after the speech);
 * the model leans to complete -> a little more silence (``settle_ms``);
 * the model says not complete but the words sound finished -> ``doubt_ms``;
 * the words hang, or none were heard -> ``max_ms`` of silence.
@@ -50,8 +50,12 @@ class Eagerness:
     """...and asked again, with more of the silence: a sure answer both times ends the
     turn here (one answer alone is noisy: the same pause can score 0.1 and 0.9 50 ms apart).
     Not past ``ask_ms``: asked once, at ``ask_ms``."""
+    quick_ms: int
+    """Silence that ends a turn the model was sure of every time (and whose words do not
+    hang): at the last ask or later. Later than the ask, so the answer is back (it is
+    asked early, see ``heard_ms``) and a pause a little longer than the ask is outlasted."""
     sure: float
-    """P(complete) that ends the turn at once (unless the words hang)."""
+    """P(complete) that ends the turn at ``quick_ms`` (unless the words hang)."""
     likely: float
     """P(complete) that ends it after ``settle_ms``."""
     settle_ms: int
@@ -68,6 +72,10 @@ class Eagerness:
     its silence has passed instead of ~120-300 ms after it (it shared two cores with the
     candidate transcript and a partial). Not past ``ask_ms``."""
 
+    def __post_init__(self) -> None:
+        if not self.asks[-1] <= self.quick_ms <= self.settle_ms < self.doubt_ms <= self.max_ms:
+            raise ValueError(f"eagerness waits out of order: {self}")
+
     @property
     def asks(self) -> tuple[int, ...]:
         """The silences (ms after the speech) at which the model is asked about a pause."""
@@ -75,28 +83,37 @@ class Eagerness:
 
 
 EAGERNESS: dict[EagernessName, Eagerness] = {
-    "low": Eagerness(ask_ms=200, again_ms=400, sure=0.99, likely=0.7, settle_ms=900, doubt_ms=1400, max_ms=2000),
-    "medium": Eagerness(ask_ms=300, again_ms=300, sure=0.97, likely=0.3, settle_ms=450, doubt_ms=800, max_ms=1200),
-    "high": Eagerness(ask_ms=100, again_ms=200, sure=0.95, likely=0.3, settle_ms=400, doubt_ms=600, max_ms=800),
+    "low": Eagerness(
+        ask_ms=200, again_ms=400, quick_ms=400, sure=0.99, likely=0.7, settle_ms=900, doubt_ms=1400, max_ms=2000
+    ),
+    "medium": Eagerness(
+        ask_ms=100, again_ms=100, quick_ms=250, sure=0.98, likely=0.2, settle_ms=420, doubt_ms=600, max_ms=1200
+    ),
+    "high": Eagerness(
+        ask_ms=100, again_ms=200, quick_ms=200, sure=0.95, likely=0.3, settle_ms=400, doubt_ms=600, max_ms=800
+    ),
 }
 """``medium`` is fitted on the tune part of the natural-voice set (tests/voices: Kokoro,
-Piper, flite kal/rms, festival kal, human prompts; 5 conditions; Smart Turn with exact int8
-sums): the fastest median end of turn with at most 3% of the 250-450 ms mid-sentence pauses
-taken over. Asked once (at 100 ms, the old policy) the model is sure of a third of those
-pauses on voices it does not know; asked twice, at 200 and 300 ms, and sure both times, of
-few (a pause shorter than ~370 ms never sees the second ask; asked once at 300 ms, see
-below). Offline on the corpus: tune part 0.023 take-over, 370 ms median end of turn;
-held-out part (flite awb/slt, festival ked/slt HTS, hibari, human; never tuned on) 0.012
-and 520 ms (the old policy: 0.318 and 170 ms). ``settle_ms`` outlasts those pauses
-(190-420 ms from Silero's end of speech);
-``doubt_ms`` (800 ms, was ``max_ms``) takes the held-out p90 from 1.27 to 0.87 s offline
-with the same take-overs (a thinking pause over 800 ms after finished-sounding words is
-taken; server_vad takes one over 500 ms). Asked once, at 300 ms (2026-12-02, over the
-whole set): the same take-overs (tune 1/78, held out 3/51) and end of turn 0.52 -> 0.48 s
-(tune) and 0.52 -> 0.50 s (held out) offline; at real time one fewer model call in the
-300 ms after the speech, where the candidate and the asks share two cores, so the answers
-come sooner: held-out first audio 0.72-0.74 -> 0.66-0.68 s median in three paired runs.
-``low`` and ``high`` are set around it (and still ask twice)."""
+Piper, flite kal/rms, festival kal, human prompts) by ``scripts/fit_eot.py``: every pause
+the listener hears there (turns in six conditions, paused sentences in three) with base's
+candidate transcripts (a quiet server's) and Smart Turn's answers, scored for each
+eagerness of a grid; the fit is the lowest mean end of turn that takes over at most 4% of
+the 250-450 ms mid-sentence pauses as heard and 5% with every pause 40 ms longer. Asked
+once, at 100 ms (two VAD windows in, the rest as zeros: its answer is back well before
+``quick_ms``); sure (0.98) with words that do not hang ends the turn at 250 ms (at real
+time the candidate transcript is back about then); any lean to complete (0.2) at 420 ms,
+outlasting the pauses (to ~400 ms from Silero's end of speech); finished words the model
+doubts at 600 ms. Through the whole listener (``scripts/bench_eot.py``, 2026-12-03), the
+old fit (one ask at 300 ms, p >= 0.97; settle 450, doubt 800, fitted on tiny.en's
+candidates) -> this one: tune take-over 5/78 -> 3/78, end of turn 0.48 / 0.68 -> 0.52 /
+0.64 s (median / p90); held out 1/51 -> 0/51, 0.50 / 0.92 -> 0.56 / 0.70 s. (Base's
+candidates finish more of a cut sentence, "We should leave it.", so the old fit took 5/78
+of the tune pauses with them.) A 0.35 s median costs take-overs on this set: the fewest at
+that median, offline, are 9/78 tune and 10/51 held out. Neither final punctuation nor the
+prosody of the end (:mod:`duplex.app.harness.prosody`) tells a finished turn from a
+paused one here (the synthetic pauses join two separately spoken halves, the first
+sounding finished), so neither is weighed. ``low`` and ``high`` are set around it (and
+ask twice)."""
 EAGERNESS["auto"] = EAGERNESS["medium"]
 
 # Words a finished English sentence rarely ends on: the speaker is mid-phrase. Whisper
@@ -176,9 +193,9 @@ class SemanticTurns:
             self._key, self._answers, self._text = speech_end, [], None
 
     def quick_ms(self) -> int:
-        """When sure answers end the turn: at the last ask, or later for a user who has
+        """When sure answers end the turn: at ``quick_ms``, or later for a user who has
         gone on after longer pauses (never past ``settle_ms``)."""
-        return min(self.e.settle_ms, max(self.e.asks[-1], self.own_pause_ms + OWN_PAUSE_MARGIN_MS))
+        return min(self.e.settle_ms, max(self.e.quick_ms, self.own_pause_ms + OWN_PAUSE_MARGIN_MS))
 
     def required_ms(self) -> int:
         """Silence the current pause needs, given what is known of it so far."""
