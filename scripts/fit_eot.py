@@ -4,8 +4,9 @@ Every pause of the natural-voice set is recorded once with its evidence
 (:mod:`duplex.app.harness.pauses`: ~6 min on two cores, base's candidates as a quiet
 server reads them), then every eagerness of a grid is scored on it in seconds. The
 choice is made on the tune part alone: at most :data:`TOR` of its mid-sentence pauses
-taken over, both as heard and with every pause :data:`SLACK_MS` longer (a fit that
-holds only at its edge does not hold: Silero's end of speech moves by tens of ms), then
+taken over as heard and :data:`SLACK_TOR` with every pause :data:`SLACK_MS` longer (a
+fit that holds only at its edge does not hold: Silero's end of speech moves by tens of
+ms), then
 the lowest mean end of turn (median and tail both count), then fewer asks. The held-out
 part is only reported.
 
@@ -27,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from duplex.app.core.listening import semantic as S
+from duplex.app.core.listening import EAGERNESS, Eagerness, words_hang
 from duplex.app.core.units import ms_to_samples
 from duplex.app.harness.offline import Answers
 from duplex.app.harness.pauses import RATE, Heard, Pause, Score, jobs, record, score
@@ -56,8 +57,8 @@ GRID = {
 }
 
 
-def eagernesses(quick_ms: tuple[int, ...] = GRID["quick_ms"]) -> list[S.Eagerness]:
-    medium, out = S.EAGERNESS["medium"], []
+def eagernesses(quick_ms: tuple[int, ...] = GRID["quick_ms"]) -> list[Eagerness]:
+    medium, out = EAGERNESS["medium"], []
     for quick, asks, sure, likely, settle, doubt in itertools.product(quick_ms, *list(GRID.values())[1:]):
         if asks[-1] > quick:
             continue
@@ -70,13 +71,13 @@ def cells(s: Score) -> list[str]:
     return [f"{s.tor:.3f} ({s.takeovers}/{s.pauses})", spread(s.eot, digits=2, q=0.9), f"{s.mean:.3f}"]
 
 
-def name(e: S.Eagerness) -> str:
+def name(e: Eagerness) -> str:
     return (f"asks {'+'.join(map(str, e.asks))}, quick {e.quick_ms} (p ≥ {e.sure}), settle {e.settle_ms} "
             f"(p ≥ {e.likely}), doubt {e.doubt_ms}")  # fmt: skip
 
 
 def fit(tune: list[Heard], heldout: list[Heard]) -> None:
-    shipped = S.EAGERNESS["medium"]
+    shipped = EAGERNESS["medium"]
     scored, fast = [], []
     for e in eagernesses():
         s = score(e, tune)
@@ -118,7 +119,7 @@ EVIDENCE: dict[str, Callable[[Pause], float]] = {
 
 def evidence(parts: dict[str, list[Heard]]) -> None:
     def open_(p: Pause) -> bool:  # words that leave it open
-        return bool(p.text.strip()) and not S.words_hang(p.text)
+        return bool(p.text.strip()) and not words_hang(p.text)
 
     print(header("evidence", *(f"{k}: AUC" for k in parts)))
     sets = {}
