@@ -21,7 +21,7 @@ import numpy as np
 from duplex.app.core.listening import Stopped, Turn
 from duplex.app.core.listening import semantic as S
 from duplex.app.harness.offline import Answers, hear
-from duplex.app.harness.pauses import CONDITIONS, LEAD, PAUSE_CONDITIONS, RATE, TAIL, TD
+from duplex.app.harness.pauses import LEAD, RATE, TAIL, TD, jobs
 from duplex.app.harness.tables import header, spread
 from duplex.app.harness.voices import Clip, load_corpus, variant
 from duplex.pipeline.detectors.silero_vad import SileroVad
@@ -40,21 +40,18 @@ def ended(vad: SileroVad, answers: Answers, pcm: np.ndarray) -> tuple[int, int] 
 
 def run(vad: SileroVad, answers: Answers, clips: list[Clip]) -> list[str]:
     eot, silence, missed, takeovers, pauses = [], [], 0, 0, 0
-    for i, clip in enumerate(c for c in clips if c.kind == "turn"):
+    for clip, condition, seed in jobs(clips):
+        got = ended(vad, answers, variant(clip, condition, RATE, seed=seed))
+        if clip.pause_end is not None:  # a paused sentence: did it end inside the pause?
+            takeovers += got is not None and got[1] < LEAD.size + clip.pause_end * RATE // clip.rate
+            pauses += 1
+            continue
         end = LEAD.size + clip.speech_end * RATE // clip.rate
-        got = ended(vad, answers, variant(clip, CONDITIONS[i % len(CONDITIONS)], RATE, seed=i))
         if got is None:
             missed += 1
         else:
             eot.append((got[0] - end) / RATE)
             silence.append((got[1] - end) / RATE)
-    for i, clip in enumerate(c for c in clips if c.kind == "paused"):
-        assert clip.pause_end is not None
-        resumes = LEAD.size + clip.pause_end * RATE // clip.rate
-        for j, condition in enumerate(PAUSE_CONDITIONS):
-            got = ended(vad, answers, variant(clip, condition, RATE, seed=i + j))
-            takeovers += got is not None and got[1] < resumes
-            pauses += 1
     return [
         f"{takeovers / max(1, pauses):.3f} ({takeovers}/{pauses})",
         f"{len(eot)}/{len(eot) + missed}",
