@@ -3,7 +3,10 @@
 Barge-in truncates a reply at what had played at the onset, so the onset's error is the
 truncation's. Every turn of each part of the natural-voice set, a second of silence
 either side, fed in 20 ms frames through the real listener (Silero), alone and over a
-reply (where an onset must also reach the user's level), under four conditions. The
+reply (where an onset must also reach the user's level), under five conditions (the
+noise beds, each part's own, run through the second before the speech as a room's
+would: mixed onto the clip alone, the bed began 150 ms before the words and the
+windows before it were digital silence). The
 baseline, measured in the same run, is the onset where Silero became sure of the speech
 (before :mod:`duplex.app.core.listening.onset` took it back to where the speech rose).
 
@@ -13,18 +16,31 @@ baseline, measured in the same run, is the onset where Silero became sure of the
 from __future__ import annotations
 
 import argparse
+from functools import cache
 
 import numpy as np
 
 from duplex.app.core.listening import Listener, Started
 from duplex.app.core.settings import TurnDetection
 from duplex.app.harness.tables import header
-from duplex.app.harness.voices import Clip, load_corpus, variant
+from duplex.app.harness.voices import TARGET_DBFS, Clip, load_corpus, mix, resample, set_level, variant
 from duplex.pipeline.detectors.silero_vad import SileroVad
 from duplex.pipeline.voice_activity import VadWindow
 
 RATE = 24000
-CONDITIONS = ("clean", "tel", "low", "babble10")
+CONDITIONS = ("clean", "tel", "low", "babble10", "babble20", "music10")
+BEDS = {
+    "tune": {"babble": "babble", "music": "music"},
+    "heldout": {"babble": "babble_heldout", "music": "music_heldout"},
+}
+"""Each part's noise beds (a held-out voice is heard in the held-out beds)."""
+
+
+@cache
+def track(name: str) -> np.ndarray:
+    """A noise bed of the corpus at the bench's rate."""
+    bed = load_corpus()[name]
+    return resample(bed.pcm, bed.rate, RATE)
 
 
 def decided(w: VadWindow) -> int:
@@ -34,7 +50,11 @@ def decided(w: VadWindow) -> int:
 
 def onset_error_ms(model: SileroVad, clip: Clip, condition: str, *, replying: bool, rise: bool) -> float | None:
     pad = np.zeros(RATE, np.int16)
-    pcm = np.concatenate([pad, variant(clip, condition, RATE), pad])
+    if condition in ("babble20", "music10"):  # the bed runs through the second before the speech
+        speech = np.concatenate([pad, set_level(resample(clip.pcm, clip.rate, RATE), TARGET_DBFS, RATE), pad])
+        pcm = mix(speech, track(BEDS[clip.split][condition[:-2]]), RATE, snr_db=float(condition[-2:]))
+    else:
+        pcm = np.concatenate([pad, variant(clip, condition, RATE), pad])
     ears = Listener(model, RATE, TurnDetection(type="semantic_vad"))
     if not rise:
         ears.trace.began = decided  # type: ignore[method-assign]

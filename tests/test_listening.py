@@ -180,6 +180,19 @@ def test_the_onset_is_where_the_speech_rose_into_the_decision_and_only_the_water
     assert [s.onset for s in out if isinstance(s, Duck)] == [5 * WINDOW]
 
 
+def test_a_fricative_start_well_above_the_quiet_is_the_onset_though_it_is_louder_than_the_decision():
+    # flite awb's "Switch": the "s" at -45, -38, -39 dBFS (surer window by window), decided
+    # at -47 dBFS in the vowel's first window, after quiet at -81 dBFS.
+    probs = [0.0] * 8 + [0.12, 0.25, 0.44, 0.97] + [0.99] * 20 + [0.0] * 40
+    pcm = [3] * 8 + [184, 413, 368, 146] + [3000] * 60
+    [started] = [s for s in at_levels(probs, pcm, replying=False) if isinstance(s, Started)]
+    assert started.onset == 8 * WINDOW, "back to where the 's' began, 20 dB and more above the quiet"
+    # The same surer windows in a steady sound at -41 dBFS, no louder than it: not the speech's.
+    pcm = [300] * 8 + [400, 350, 320, 300] + [3000] * 60
+    [started] = [s for s in at_levels(probs, pcm, replying=False) if isinstance(s, Started)]
+    assert started.onset == 11 * WINDOW, "a sound within 20 dB of the quiet stays the quiet's"
+
+
 def test_the_onset_moves_back_no_further_than_its_cap():
     probs = [0.0] * 5 + [0.06, 0.07, 0.08, 0.09, 0.1, 0.11, 0.12, 0.13, 0.14, 0.15] + [0.9] * 20 + [0.0] * 40
     pcm = [0] * 5 + [100 * (i + 1) for i in range(10)] + [3000] * 60
