@@ -8,10 +8,24 @@ turn's final transcript may take a more careful one.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Protocol
 
 import numpy as np
+
+COMMANDS = frozenset({"stop", "wait", "pause", "cancel", "hold", "hang", "enough", "quiet", "shush"})
+"""Words a user says to stop a voice agent. A recogniser that drops unsure transcripts as
+guesses keeps one that holds a command: a recogniser unsure of a short "Stop." (tiny.en
+scores most one-word commands of some voices under its guess bar) would otherwise leave
+the reply talking, while its guesses for a cough or noise ("Thank you.", "you", "Bye.")
+hold none of these."""
+_WORD = re.compile(r"[a-z]+")
+
+
+def holds_command(text: str) -> bool:
+    """Whether ``text`` holds one of :data:`COMMANDS`."""
+    return not COMMANDS.isdisjoint(_WORD.findall(text.lower()))
 
 
 class Recognizer(Protocol):

@@ -469,6 +469,19 @@ def test_one_word_of_a_fragment_does_not_cancel_a_reply_two_do():
     assert paused().on_words("Wait, stop.", loud=True, heard_ms=FRAGMENT_MS - 200), "two words are enough at once"
     b = paused()
     assert b.on_words("Right.", loud=True, heard_ms=FRAGMENT_MS - 200) == [] and b.judged, "a backchannel, soon"
+    assert paused().on_words("Stop.", loud=True, heard_ms=FRAGMENT_MS - 300), "a command alone is enough at once"
+    assert paused().on_words("Stop.", loud=False, heard_ms=FRAGMENT_MS - 300) == [], "not from a loudspeaker"
+
+
+def test_an_unsure_transcript_is_dropped_as_a_guess_unless_it_holds_a_command():
+    from duplex.pipeline.recognizers.whisper import Decoded
+
+    # tiny.en on one voice's short "Stop" (scored -1.32) and on a cough (Whisper's usual guess).
+    assert Decoded("Stop it.", -1.32, 0.08, 0.7).words() == "Stop it."
+    assert Decoded("Hang on.", -1.40, 0.17, 0.8).words() == "Hang on."
+    assert Decoded("Thank you.", -1.32, 0.08, 0.7).words() == "", "a guess"
+    assert Decoded("Stone!", -1.36, 0.29, 0.6).words() == "", "no command in it: a guess"
+    assert Decoded("Thank you.", -0.5, 0.08, 0.7).words() == "Thank you.", "sure: kept"
 
 
 def test_speech_heard_as_nothing_must_last_longer_to_cancel_by_its_length():

@@ -14,6 +14,7 @@ import pytest
 
 from duplex.app.clients.simulated import SimulatedClient
 from duplex.app.core.listening.bargein import LATE_MS
+from duplex.app.harness.commands import command
 from duplex.app.harness.voices import Clip, load_corpus, noise, resample, set_level, variant, wer
 from tests.util import start_reply
 
@@ -225,3 +226,28 @@ def test_the_end_of_turn_model_gives_the_same_answer_on_every_cpu(turn_model):
         clip = CORPUS[name]
         got = turn_model.complete_blocking(clip.pcm[: clip.speech_end + clip.rate // 10], clip.rate)
         assert abs(got - p) < 0.01, (name, got)
+
+
+@pytest.mark.parametrize(
+    ("phrase", "voice"), [("Stop.", "bm_george"), ("Hang on.", "espeak:en-us"), ("Pause.", "espeak:en-us")]
+)
+async def test_a_one_word_command_over_a_reply_cancels_it(semantic, phrase, voice):
+    # A lone word heard in the first 400 ms is not enough to cancel (a cut-short "Right"
+    # is heard as "Ride"), unless it is a command; and Whisper is unsure of these short
+    # commands (under its guess bar), which it used to drop as guesses: each of the three
+    # left the reply ducked and then resumed it.
+    said = await command(phrase, voice)
+    sim = await connect(semantic)
+    rid = await start_reply(sim, REPLY)
+    await sim.silence(2.0)
+    base = sim.input_samples
+    await sim.stream(np.concatenate([said.pcm, np.zeros(RATE * 2, np.int16)]))
+    await sim.silence(2.0)
+    done = [r for r in sim.of_type("response.done") if r.event["response"]["id"] == rid]
+    assert done and done[0].event["response"]["status"] == "cancelled", f"{phrase!r} did not stop the reply"
+    onset = base + said.speech_start
+    assert ms(done[0].at - onset) <= 1000, "cancelled while the command was fresh"
+    cut = sim.of_type("conversation.item.truncated")[0].event
+    assert abs(cut["audio_end_ms"] - ms(sim.played_at(rid, onset))) <= 80
+    assert sim.heard[rid].stale_bytes == 0
+    await sim.ws.close()

@@ -333,7 +333,7 @@ async def test_with_auto_choice_vllms_tool_parser_reads_the_models_call(tserver)
     assert [(c.name, json.loads(c.arguments)) for c in calls] == [("get_weather", {"city": "Lima"})]
 
 
-def test_a_required_answer_cut_short_by_max_tokens_keeps_its_complete_calls():
+async def test_a_required_answer_cut_short_by_max_tokens_keeps_its_complete_calls():
     need(HAVE_VLLM, "the vLLM tests need the vllm extra: pip install -e '.[vllm]'", extra="vllm")
     from duplex.pipeline.thinkers.vllm_chat import _complete_calls
 

@@ -31,6 +31,7 @@ import numpy as np
 import soxr
 
 from duplex.pipeline.log_mel import HOP, RATE, log_mel
+from duplex.pipeline.recognizer import holds_command
 from duplex.pipeline.weights import PackagedFile
 
 EOT = 50257
@@ -192,8 +193,10 @@ class Decoded:
 
     def words(self, low_confidence: float = LOW_CONFIDENCE) -> str:
         """The text, or "" if it is a guess: Whisper's "Thank you." for a cough, or for a
-        second of noise (unsure, and no speech or too short to tell)."""
-        if self.score < low_confidence and (self.no_speech > NO_SPEECH or self.seconds < SHORT_S):
+        second of noise (unsure, and no speech or too short to tell), unless it holds a
+        command ("Stop.": :data:`~duplex.pipeline.recognizer.COMMANDS`)."""
+        unsure = self.score < low_confidence and (self.no_speech > NO_SPEECH or self.seconds < SHORT_S)
+        if unsure and not holds_command(self.text):
             return ""
         return self.text
 
