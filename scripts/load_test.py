@@ -6,7 +6,8 @@ over it after a second, listen to the answer to that. The speech is the natural-
 set's (tests/voices: Kokoro, Piper and human turns), and "speech end" is where the
 corpus marks the end of the words, not of the clip. Prints errors, lost and
 stale audio, latency percentiles, and the server's RSS and task count before,
-at peak, and after the clients have gone.
+at peak, and after the clients have gone. The duck's baseline is the listener's own
+decision on the same interruptions, alone in process: what the load adds is the ratio.
 
     python scripts/load_test.py [--sessions 50] [--seconds 120] [--rounds 1]
 """
@@ -27,10 +28,14 @@ import numpy as np
 import websockets
 
 from duplex.app.clients.simulated import SimulatedClient
+from duplex.app.core.listening import Duck
+from duplex.app.core.settings import TurnDetection
+from duplex.app.harness.offline import Answers, hear
 from duplex.app.harness.procs import cpu_seconds, descendants, rss_kib
 from duplex.app.harness.servers import ServerProcess
 from duplex.app.harness.tables import spread
 from duplex.app.harness.voices import load_corpus, variant
+from duplex.pipeline.detectors.silero_vad import SileroVad
 
 Speech = tuple[np.ndarray, int, int]
 """A clip at 24 kHz and the samples where its words begin and end."""
@@ -43,6 +48,20 @@ def voices() -> dict[str, list[Speech]]:
         (variant(c, "clean", 24000), c.speech_start * 24000 // c.rate, c.speech_end * 24000 // c.rate) for c in turns
     ]
     return {"questions": clips[::2], "interruptions": clips[1::2]}
+
+
+def duck_alone(audio: dict[str, list[Speech]]) -> list[float]:
+    """The baseline under the duck: for every interruption, ms from the corpus's onset to
+    the listener's duck, in process, one stream, no load (audio time; each clip heard
+    over a reply to 600 ms past its onset, as far as a duck ever takes)."""
+    vad, answers, lead = SileroVad(), Answers(), np.zeros(12000, np.int16)
+    td, out = TurnDetection(type="semantic_vad"), []
+    for pcm, start, _ in audio["interruptions"]:
+        heard = hear(vad, answers, np.concatenate([lead, pcm[: start + 14400]]), 24000, td, replying=True)
+        duck = next((h.at for h in heard if isinstance(h.signal, Duck)), None)
+        if duck is not None:
+            out.append((duck - lead.size - start) * 1000 / 24000)
+    return out
 
 
 def tasks(server: ServerProcess) -> int:
@@ -158,6 +177,7 @@ async def main() -> None:
     ap.add_argument("--asr-model", help="duplex serve --asr-model (default: the server's default recogniser)")
     args = ap.parse_args()
     audio = voices()
+    alone = duck_alone(audio)
     # Its log goes to a file: a pipe nobody reads would block it.
     flags = (
         *(("--talker", args.talker) if args.talker else ()),
@@ -229,6 +249,13 @@ async def main() -> None:
     ):
         v = out[key]
         print(f"| {name}{': median / p95 / max' if v else ''} | {spread(v, q=(0.95, 1.0), unit='ms')} |")
+    print(
+        f"| baseline: onset -> duck decision, each interruption alone in process: median / p95 / max | "
+        f"{spread(alone, q=(0.95, 1.0), unit='ms')} |"
+    )
+    if out["pause"] and alone:
+        ratio = [float(np.percentile(out["pause"], q) / np.percentile(alone, q)) for q in (50, 95)]
+        print(f"| duck under load against the baseline: median / p95 | {ratio[0]:.2f}x / {ratio[1]:.2f}x |")
     rss_after = " / ".join(str(a // 1024) for a, _ in after)
     print(
         f"| server RSS: baseline / peak / after each round | {base_rss // 1024} / {peak['rss'] // 1024} "
