@@ -28,6 +28,26 @@ def holds_command(text: str) -> bool:
     return not COMMANDS.isdisjoint(_WORD.findall(text.lower()))
 
 
+COMMAND_COMPANIONS = frozenset({
+    "please", "ok", "okay", "now", "just", "a", "second", "sec", "minute", "moment", "on", "up", "it", "that",
+    "talking", "there", "oh", "um", "uh", "actually", "sorry", "thanks", "thank", "you", "be", "right",
+})  # fmt: skip
+"""Words that go with a command without making it a request ("Stop talking, please.", "Hold on a second.")."""
+_SAID_OTHERWISE = ((re.compile(r"\bnever\s*mind\b"), "cancel"), (re.compile(r"\bshut\s+up\b"), "quiet"))
+
+
+def only_command(text: str) -> bool:
+    """Whether ``text`` is nothing but a command to stop ("Stop.", "Hold on a second.", "Never mind."):
+    the server obeys it (the reply stops, none follows); it is no question for the thinker."""
+    lowered = text.lower()
+    for phrase, command in _SAID_OTHERWISE:
+        lowered = phrase.sub(command, lowered)
+    words = _WORD.findall(lowered)
+    return (
+        0 < len(words) <= 6 and holds_command(lowered) and all(w in COMMANDS or w in COMMAND_COMPANIONS for w in words)
+    )
+
+
 class Recognizer(Protocol):
     """Speech to text.
 

@@ -81,6 +81,8 @@ class ReplyStats:
     """What one reply did, for benchmarks, latency reports and metrics (seconds from start)."""
 
     started: float = field(default_factory=time.monotonic)
+    response_start_s: float | None = None
+    """When the reply became the response's (a reply prepared ahead of its turn starts before it)."""
     thinker_first_text_s: float | None = None
     thinker_first_segment_s: float | None = None
     thinker_done_s: float | None = None
@@ -98,6 +100,7 @@ class ReplyStats:
     def timings_ms(self) -> dict[str, float]:
         """The latency report a reply's ``response.done`` carries."""
         names = {
+            "response_start": self.response_start_s,
             "thinker_first_text": self.thinker_first_text_s,
             "thinker_first_clause": self.thinker_first_segment_s,
             "thinker_done": self.thinker_done_s,

@@ -35,6 +35,9 @@ class ThinkRequest:
     options: dict[str, object] = field(default_factory=dict)
     tools: tuple[Tool, ...] = ()
     tool_choice: ToolChoice = "auto"
+    conversation: str = ""
+    """Whose conversation this is (a session's id): a thinker that keeps a conversation's
+    state between requests (a model's prompt cache) keys it by this; empty: nobody's."""
 
 
 class Thinker(Protocol):
@@ -55,6 +58,12 @@ class Thinker(Protocol):
         ...
 
     def think(self, request: ThinkRequest) -> AsyncIterator[str | ToolCallDelta]: ...
+
+    async def prefill(self, request: ThinkRequest) -> None:
+        """Read ``request``'s conversation ahead of answering it (a model's prompt cache
+        then holds it), saying nothing; a no-op for a thinker with nothing to read ahead,
+        and while it is answering the same conversation."""
+        ...
 
     async def aclose(self) -> None:
         """Close its connections, or the engine it owns."""
@@ -90,6 +99,9 @@ class EchoThinker:
 
     async def start(self) -> None:
         """Nothing to check."""
+
+    async def prefill(self, request: ThinkRequest) -> None:
+        """Nothing to read ahead."""
 
     async def aclose(self) -> None:
         """Nothing held."""

@@ -51,12 +51,14 @@ GROUPS: dict[str, tuple[str, ...]] = {
     # Backends and the pipeline: talkers, vocoders, recognisers, VAD, vLLM, stages, stream.
     "backends": (
         "test_asr_remote",
+        "test_chat_weights",
         "test_contracts",
         "test_stages",
         "test_espeak",
         "test_hibari",
         "test_kokoro",
         "test_lifecycle",
+        "test_local_thinker",
         "test_openai_http",
         "test_openai_voices",
         "test_recognition",
@@ -70,6 +72,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     # The server over real sockets.
     "server": (
         "test_cli",
+        "test_conversation",
         "test_duplex",
         "test_hearing_e2e",
         "test_realtime_features",
@@ -93,7 +96,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "test_server_sdk",
     ),
     # Third-party Realtime clients, pinned and unmodified.
-    "conformance": ("conformance/test_conformance",),
+    "conformance": ("conformance/test_conformance", "conformance/test_conformance_model"),
     # The wheel, the architecture, the static checks, the test corpus and this table.
     "packaging": (
         "test_architecture",

@@ -38,7 +38,7 @@ async def _microphone(talker, path: Path) -> dict[str, float]:
     sample count) long before the interruption comes, and it lasts long past it.
     """
     a = trim(await speech(talker, "hello how are you today", RATE), RATE)
-    c = trim(await speech(talker, "wait, please stop talking now", RATE), RATE)
+    c = trim(await speech(talker, "wait, what time is it now", RATE), RATE)  # a question, answered; not a command
     # Three seconds of room tone first: the noise suppressor settles before anyone speaks.
     head = mix(silence(3.0, RATE), a)
     track = mix(head, silence(BARGE_IN_AT_S - head.size / RATE, RATE), c, silence(6.0, RATE))

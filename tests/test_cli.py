@@ -91,6 +91,15 @@ def test_thinker_configuration_is_checked_at_start(tmp_path):
     assert code == 2 and "--thinker-url" in err
     code, err = _serve("--thinker-sampling", "{not json")
     assert code == 2 and "not JSON" in err
+    # The default, the local model: its model, its slots, no URL.
+    code, err = _serve("--thinker-model", "gpt-9")
+    assert code == 2 and "unknown chat model 'gpt-9'" in err and "qwen2.5-coder-1.5b" in err
+    code, err = _serve("--thinker-model", str(tmp_path / "missing.gguf"))
+    assert code == 2 and "no such file" in err
+    code, err = _serve("--thinker-slots", "0")
+    assert code == 2 and "--thinker-slots" in err
+    code, err = _serve("--thinker-url", "http://127.0.0.1:1")
+    assert code == 2 and "--thinker-url is for --thinker openai" in err
     if not HAVE_VLLM:  # without the extra: one line that names it, not a traceback
         code, err = _serve("--thinker", "vllm", "--thinker-model", str(tmp_path))
         assert code == 2 and "the vLLM backend is not installed" in err and "Traceback" not in err

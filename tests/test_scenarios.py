@@ -138,7 +138,9 @@ async def test_replay_command_line(server, tmp_path):
 def default_server():
     from duplex.app.harness.servers import ServerProcess
 
-    with ServerProcess().running() as proc:  # every default: semantic_vad, hibari, Whisper, Smart Turn
+    # Every default (semantic_vad, hibari, Whisper, Smart Turn) but the thinker: a scenario judges
+    # the replies' words against what was said (the echo's), not a model's answers.
+    with ServerProcess("--thinker", "echo").running() as proc:
         yield proc
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from duplex.app.core.actions import CancelReply, Heard, StartReply, Transcribe
+from duplex.app.core.actions import CancelReply, Heard, Prefill, StartReply, Transcribe
 from duplex.app.core.conversation import Item, Part
 from duplex.app.core.protocol import ClientEvent, decode_event
 from duplex.app.core.session import Session
@@ -28,6 +28,7 @@ def wire(out: list[Any]) -> list[Any]:
     return [
         o if isinstance(o, (StartReply, CancelReply, Transcribe)) or type(o).__name__ == "Sync" else w.to_dict(o)
         for o in out
+        if not isinstance(o, Prefill)  # reading ahead: the thinker's business (tests/test_turn_taking.py)
     ]
 
 

@@ -167,6 +167,8 @@ def test_a_prepared_reply_is_adopted_only_for_an_equal_plan_whichever_field_diff
         "tools": ({"type": "function", "name": "f"},),
         "tool_choice": "required",
         "state": StateHandle("sess_x", "test", "none").next_epoch(),
+        "max_tokens": 20,
+        "temperature": 1.1,
     }
     assert {f.name for f in dataclasses.fields(ReplyPlan)} == set(others), "every field is tried"
     for name, value in others.items():

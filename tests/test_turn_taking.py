@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from duplex.app.core.actions import DropPrepared, Heard, PrepareReply, StartReply, Transcribe
+from duplex.app.core.actions import DropPrepared, Heard, Prefill, PrepareReply, StartReply, Transcribe
 from duplex.app.core.conversation import Conversation
 from duplex.app.core.events import (
     BufferCommitted,
@@ -116,8 +116,9 @@ def test_a_partials_words_arrive_as_deltas_only_for_the_speech_in_progress():
     item = t.speech_item
     assert item is not None
     assert t.on_transcript(Heard(item, "Tell me", "partial", 9600), 0.4) == [], "words not yet stable"
-    [delta] = t.on_transcript(Heard(item, "Tell me a", "partial", 19200), 0.8)
+    [delta, read] = t.on_transcript(Heard(item, "Tell me a", "partial", 19200), 0.8)
     assert type(delta).__name__ == "TranscriptionDelta" and delta.delta == "Tell me", "the words heard twice"
+    assert isinstance(read, Prefill) and read.plan.messages[-1] == {"role": "user", "content": "Tell me"}
     assert t.on_transcript(Heard("item_other", "words", "partial", 9600), 0.5) == [], "another speech's: dropped"
     assert t.on_transcript(Heard(item, "x", "partial", 9600, failure="busy"), 0.5) == []
 

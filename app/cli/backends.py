@@ -15,6 +15,8 @@ from duplex.pipeline.backends import Backends
 from duplex.pipeline.recognizer import Recognizer
 from duplex.pipeline.talker import Talker
 from duplex.pipeline.thinker import Thinker
+from duplex.pipeline.thinkers.chat_models import DEFAULT_MODEL as DEFAULT_CHAT_MODEL
+from duplex.pipeline.thinkers.chat_models import MODELS as CHAT_MODELS
 from duplex.pipeline.vocoder import Vocoder
 from duplex.pipeline.weights import WeightsError
 
@@ -23,7 +25,7 @@ if TYPE_CHECKING:
 
 TALKERS = ("hibari", "kokoro", "espeak", "vllm")
 VOCODERS = ("pcm", "snac")
-THINKERS = ("echo", "openai", "vllm")
+THINKERS = ("local", "echo", "openai", "vllm")
 RECOGNIZERS = ("whisper", "openai", "pocketsphinx", "none")
 
 
@@ -64,14 +66,28 @@ class BackendChoice:
     dtype: str = option("float32", "vLLM weights dtype (float32 is safe on any CPU)")
     max_model_len: int = 4096
     thinker: str = option(
-        "echo",
-        "what to say: echo what was heard, an OpenAI-compatible chat endpoint, or a vLLM chat model in process",
+        "local",
+        "what to say: local (a chat model in this process on llama.cpp, weights shipped), echo (say back what was "
+        "heard), openai (an OpenAI-compatible chat endpoint) or vllm (a vLLM chat model in process)",
         choices=THINKERS,
     )
     thinker_url: str | None = option(None, "--thinker openai: the endpoint's base URL (e.g. http://host:8000)")
-    thinker_model: str | None = option(None, "--thinker openai: the model name; --thinker vllm: a local path")
-    system_prompt: str = option("", "the thinker's system prompt (session instructions win)")
-    temperature: float = option(0.7, "the thinker's sampling temperature")
+    thinker_model: str | None = option(
+        None,
+        f"--thinker local: a shipped model ({', '.join(CHAT_MODELS)}; default {DEFAULT_CHAT_MODEL}) or a .gguf "
+        "file; --thinker openai: the model name; --thinker vllm: a local path",
+    )
+    thinker_slots: int = option(4, "--thinker local: conversations the model decodes at once (more wait their turn)")
+    thinker_threads: int = option(2, "--thinker local: threads the model uses")
+    thinker_context: int = option(4096, "--thinker local: context tokens each conversation keeps")
+    system_prompt: str = option(
+        "",
+        "the thinker's system prompt (--thinker local: replaces the spoken-answer prompt; session instructions "
+        "come after it; other thinkers: session instructions win)",
+    )
+    temperature: float = option(
+        0.2, "the thinker's sampling temperature (low: a small model answers facts more reliably)"
+    )
     max_tokens: int = option(256, "the thinker's reply length limit")
     thinker_sampling: str = option("", "more sampling parameters for the thinker, as JSON")
     tool_parser: str = option(
@@ -181,6 +197,8 @@ async def _thinker(choice: BackendChoice, talker: Talker) -> Thinker:
         raise BackendError("--thinker-sampling must be a JSON object")
     if choice.thinker == "echo":
         return EchoThinker()
+    if choice.thinker == "local":
+        return await _local_thinker(choice, sampling)
     settings: dict[str, Any] = {
         "system_prompt": choice.system_prompt,
         "temperature": choice.temperature,
@@ -198,7 +216,7 @@ async def _thinker(choice: BackendChoice, talker: Talker) -> Thinker:
             raise BackendError(str(exc)) from None
         return thinker
     if choice.thinker != "vllm":
-        raise BackendError(f"unknown thinker {choice.thinker!r} (echo, openai or vllm)")
+        raise BackendError(f"unknown thinker {choice.thinker!r} ({', '.join(THINKERS)})")
     if not choice.thinker_model:
         raise BackendError("--thinker vllm needs --thinker-model PATH (a local chat model directory)")
     try:
@@ -231,6 +249,32 @@ async def _thinker(choice: BackendChoice, talker: Talker) -> Thinker:
     engine = LocalEngine(path, dtype=choice.dtype, max_model_len=choice.max_model_len)
     await engine.start()
     return VllmChatThinker(engine, sampling=sampling, tool_parser=choice.tool_parser, **settings)
+
+
+async def _local_thinker(choice: BackendChoice, sampling: dict[str, Any]) -> Thinker:
+    from duplex.pipeline.thinkers.local import SPEECH_PROMPT, LocalChatThinker
+
+    if choice.thinker_url:
+        raise BackendError("--thinker-url is for --thinker openai")
+    if min(choice.thinker_slots, choice.thinker_threads) < 1 or choice.thinker_context < 256:
+        raise BackendError("--thinker-slots and --thinker-threads must be at least 1, --thinker-context 256")
+    try:
+        thinker = LocalChatThinker(
+            choice.thinker_model or DEFAULT_CHAT_MODEL,
+            slots=choice.thinker_slots,
+            threads=choice.thinker_threads,
+            context=choice.thinker_context,
+            system_prompt=choice.system_prompt or SPEECH_PROMPT,
+            temperature=choice.temperature,
+            max_tokens=choice.max_tokens,
+            extra_body=sampling,
+        )
+        await thinker.start()
+    except ImportError as exc:
+        raise BackendError(f"--thinker local needs {exc.name}: reinstall duplex, or use --thinker echo") from None
+    except WeightsError as exc:
+        raise BackendError(f"--thinker local: {exc}") from None
+    return thinker
 
 
 async def _voice(choice: BackendChoice) -> tuple[Talker, Vocoder]:

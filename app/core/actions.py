@@ -34,10 +34,19 @@ class ReplyPlan:
     tools: tuple[Tool, ...] = ()
     tool_choice: ToolChoice = "auto"
     state: StateHandle | None = None
+    max_tokens: int | None = None
+    """The reply's length limit in tokens (None: the thinker's own)."""
+    temperature: float | None = None
+    """Its sampling temperature (None: the thinker's own)."""
 
     def think(self, request_id: str) -> ThinkRequest:
         """The thinker's request for this reply."""
-        return ThinkRequest(request_id, self.messages, tools=self.tools, tool_choice=self.tool_choice)
+        options: dict[str, object] = {}
+        if self.max_tokens is not None:
+            options["max_tokens"] = self.max_tokens
+        if self.temperature is not None:
+            options["temperature"] = self.temperature
+        return ThinkRequest(request_id, self.messages, options, tools=self.tools, tool_choice=self.tool_choice)
 
     def speech(self, request_id: str) -> SpeechRequest:
         """The talker's request for this reply (its text streams in from the thinker)."""
@@ -131,6 +140,16 @@ class PrepareReply:
 
 
 @dataclass(frozen=True, slots=True)
+class Prefill:
+    """The user is saying something like this: let the thinker read the conversation so
+    far, to answer sooner once the turn is over (a model evaluates its prompt now, and
+    only what changed later). Nothing is said; a thinker busy with this conversation
+    ignores it."""
+
+    plan: ReplyPlan
+
+
+@dataclass(frozen=True, slots=True)
 class DropPrepared:
     """The turn went on: discard the prepared reply (nothing of it was sent)."""
 
@@ -143,4 +162,4 @@ class Sync:
     event_id: str | None
 
 
-Action = StartReply | CancelReply | Transcribe | PredictTurn | PrepareReply | DropPrepared | Sync
+Action = StartReply | CancelReply | Transcribe | PredictTurn | PrepareReply | Prefill | DropPrepared | Sync

@@ -177,6 +177,8 @@ class Replies:
             options.tools,
             options.tool_choice,
             self.state,
+            options.max_output_tokens if isinstance(options.max_output_tokens, int) else None,
+            options.temperature,
         )
 
     def make_room(self, item: Item) -> list[ServerEvent]:

@@ -144,7 +144,14 @@ class Session:
         ended: Output = []
         if (before.turn_detection, before.input_rate) != (self.settings.turn_detection, self.settings.input_rate):
             ended = self.turn_taking.on_signals(self.intake.listen(self.settings), now)
-        return [SessionUpdated(self.id, self.settings), *refused, *ended]
+        read: Output = []
+        if (before.instructions, before.tools, before.tool_choice) != (
+            self.settings.instructions,
+            self.settings.tools,
+            self.settings.tool_choice,
+        ):
+            read = self.turn_taking.prefill("")  # what every reply will start with: the thinker may read it now
+        return [SessionUpdated(self.id, self.settings), *refused, *ended, *read]
 
     def _usable_tools(self, body: Data, event_id: str | None) -> tuple[Data, list[ServerEvent]]:
         """The update without the tools this server cannot run, and the errors that say

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, get_args
+from typing import Any, Literal, cast, get_args
 
 from duplex.app.core.protocol import ProtocolError, check_type
 from duplex.app.core.tool_settings import tool_choice, tools, truncation
@@ -100,6 +100,9 @@ class SessionSettings:
     transcription: dict[str, Any] | None = None
     pacing: Pacing = field(default_factory=Pacing)
     max_output_tokens: int | str = "inf"
+    """The longest reply the thinker may write, in tokens (``"inf"``: the thinker's own limit)."""
+    temperature: float | None = None
+    """The thinker's sampling temperature (None: the server's)."""
     binary_audio: bool = False
     """Extension: microphone audio may come as binary frames of raw PCM16, and each
     audio delta goes out as its JSON header followed by one binary frame."""
@@ -124,6 +127,8 @@ class ResponseOptions:
     tool_choice: str | dict[str, Any] = "auto"
     out_of_band: bool = False
     """``conversation: "none"``: the reply's items stay out of the conversation."""
+    max_output_tokens: int | str = "inf"
+    temperature: float | None = None
 
 
 # -- fields ------------------------------------------------------------------
@@ -279,12 +284,9 @@ def apply_update(
             s = replace(s, output_modalities=modalities(update[key], f"{p}.{key}"))
     for key in ("max_output_tokens", "max_response_output_tokens"):
         if key in update:
-            v = update[key]
-            if v != "inf":
-                check_type(v, (int,), f"{p}.{key}")
-                if not 1 <= v <= 4096:
-                    raise _bad(f"{p}.{key}", f"{p}.{key} must be within [1, 4096] or 'inf'")
-            s = replace(s, max_output_tokens=v)
+            s = replace(s, max_output_tokens=max_tokens(update[key], f"{p}.{key}"))
+    if "temperature" in update:
+        s = replace(s, temperature=temperature(update["temperature"], f"{p}.temperature"))
     audio = update.get("audio")
     if audio is not None:
         check_type(audio, (dict,), f"{p}.audio")
@@ -332,6 +334,20 @@ def apply_update(
     return s
 
 
+def max_tokens(v: Any, param: str) -> int | str:
+    """A reply length limit: tokens in [1, 4096], or ``"inf"``."""
+    if v != "inf":
+        check_type(v, (int,), param)
+        if not 1 <= v <= 4096:
+            raise _bad(param, f"{param} must be within [1, 4096] or 'inf'")
+    return cast(int | str, v)
+
+
+def temperature(v: Any, param: str) -> float | None:
+    """A sampling temperature in [0, 2] (None: the server's)."""
+    return None if v is None else float(_in_range(v, (int, float), 0.0, 2.0, param))
+
+
 # -- response.create ---------------------------------------------------------
 def response_options(current: SessionSettings, opts: dict[str, Any], *, check_voice: VoiceCheck) -> ResponseOptions:
     """What a ``response.create``'s ``response`` object asks for, over the session's settings."""
@@ -363,4 +379,9 @@ def response_options(current: SessionSettings, opts: dict[str, Any], *, check_vo
     choice = current.tool_choice
     if "tool_choice" in opts or "tools" in opts:
         choice = tool_choice(opts.get("tool_choice", choice), "response.tool_choice", offered)
-    return ResponseOptions(mods, chosen, instructions, metadata, offered, choice, conversation == "none")
+    limit = current.max_output_tokens
+    for key in ("max_output_tokens", "max_response_output_tokens"):
+        if key in opts:
+            limit = max_tokens(opts[key], f"response.{key}")
+    warmth = temperature(opts["temperature"], "response.temperature") if "temperature" in opts else current.temperature
+    return ResponseOptions(mods, chosen, instructions, metadata, offered, choice, conversation == "none", limit, warmth)

@@ -64,6 +64,10 @@ class Transcripts:
         sent += new
         return (" " if len(sent) > len(new) else "") + " ".join(new)
 
+    def words(self, speech_item: str) -> str:
+        """The words of the speech item sent so far (those two partials agreed on)."""
+        return " ".join(self._sent.get(speech_item, []))
+
     def paused(self, speech_item: str, start: int, upto: int, speech_end: int) -> Candidate:
         """A candidate was asked for (the previous one of this item is void now)."""
         self.candidate = Candidate(speech_item, start, upto, speech_end)

@@ -16,7 +16,7 @@ from typing import assert_never
 
 import numpy as np
 
-from duplex.app.core.actions import Action, DropPrepared, Heard, PredictTurn, Transcribe
+from duplex.app.core.actions import Action, DropPrepared, Heard, PredictTurn, Prefill, Transcribe
 from duplex.app.core.conversation import Item, Part, added
 from duplex.app.core.events import (
     BufferCommitted,
@@ -46,6 +46,7 @@ from duplex.app.core.replies import Replies
 from duplex.app.core.session_context import SessionContext
 from duplex.app.core.transcripts import Candidate, Transcripts
 from duplex.app.core.units import ms_to_samples
+from duplex.pipeline.recognizer import only_command
 
 Output = list[ServerEvent | Action]
 
@@ -177,6 +178,8 @@ class TurnTaking:
                     return []
                 delta = self.transcripts.partial(heard.item_id, text)
                 out: Output = [TranscriptionDelta(heard.item_id, 0, delta)] if delta else []
+                if delta:
+                    out += self.prefill(self.transcripts.words(heard.item_id))
                 return out + self.on_signals(listener.on_partial(text, heard.upto), now) if listener else out
             case "candidate":
                 done = self.transcripts.arrived(heard.item_id, heard.upto, text, failure)
@@ -197,9 +200,21 @@ class TurnTaking:
         listener = self.intake.listener
         return self.on_signals(listener.on_turn_probability(speech_end, probability), now) if listener else []
 
+    def prefill(self, text: str) -> Output:
+        """Let the thinker read the conversation ahead of the reply it will want, with
+        ``text``, the words of the turn in progress so far, as the user's last (none:
+        the conversation as it is)."""
+        if self.replies.active is not None:
+            return []
+        said = text.strip()
+        if said:  # a transcript begins with a capital: so will the turn's, and the model's cache with it
+            said = said[0].upper() + said[1:]
+        user = ({"role": "user", "content": said},) if said else ()
+        return [Prefill(self.replies.plan((*self.ctx.messages(), *user), self.ctx.options()))]
+
     def _prepare(self, text: str) -> Output:
         td = self.ctx.settings.turn_detection
-        if td is None or not td.create_response or self.replies.active is not None:
+        if td is None or not td.create_response or self.replies.active is not None or only_command(text):
             return []
         messages = (*self.ctx.messages(), {"role": "user", "content": text})
         self._prepared = True
@@ -249,6 +264,8 @@ class TurnTaking:
         users = [i for i in conversation.items if i.role == "user"]
         latest = users[-1] is item if users else False  # a later turn supersedes this one: answer that
         if td is not None and td.create_response and self.replies.active is None and latest:
+            if only_command(text):  # "Stop.": obeyed (the reply it spoke over is cancelled), not answered
+                return out + self._drop_prepared()
             self._prepared = False  # the edge adopts it for this reply, or drops it
             out += self.replies.begin(self.ctx.messages(), self.ctx.options(), now)
         return out

@@ -251,6 +251,7 @@ def session_object(session_id: str, s: SessionSettings, beta: bool = False) -> d
             "input_audio_transcription": s.transcription,
             "turn_detection": _turn_object(s.turn_detection),
             "max_response_output_tokens": s.max_output_tokens,
+            **({"temperature": s.temperature} if s.temperature is not None else {}),
             "tools": [dict(t) for t in s.tools],
             "tool_choice": s.tool_choice,
             "pacing": asdict(s.pacing),

@@ -25,6 +25,7 @@ from duplex.app.core.actions import (
     CancelReply,
     DropPrepared,
     PredictTurn,
+    Prefill,
     PrepareReply,
     StartReply,
     Sync,
@@ -235,6 +236,8 @@ class Connection:
                 self._queue(out, self._predict(out), "end-of-turn")
             elif isinstance(out, PrepareReply):
                 self.replies.prepare(out)
+            elif isinstance(out, Prefill):
+                self.replies.prefill(out)
             elif isinstance(out, DropPrepared):
                 self.replies.drop_prepared()
             elif isinstance(out, Sync):

@@ -19,13 +19,14 @@ from typing import Any
 
 from websockets.exceptions import ConnectionClosed
 
-from duplex.app.core.actions import CancelReply, PrepareReply, ReplyPlan, StartReply
+from duplex.app.core.actions import CancelReply, Prefill, PrepareReply, ReplyPlan, StartReply
 from duplex.app.core.events import ServerEvent
 from duplex.app.edge.fairness import OwnerGate
 from duplex.app.edge.metrics import Metrics
 from duplex.pipeline.backends import Backends
 from duplex.pipeline.stages import ReplyStages, StageQueues
 from duplex.pipeline.stream import ChunkEvent
+from duplex.pipeline.thinker import ThinkRequest
 
 log = logging.getLogger("duplex.server")
 
@@ -77,6 +78,7 @@ class Run:
 
     def adopt(self, response_id: str, epoch: int) -> None:
         self.response_id, self.epoch = response_id, epoch
+        self.stages.stats.response_start_s = self.stages.stats.since()
         self.adopted.set()
 
     def serves(self, start: StartReply) -> bool:
@@ -92,6 +94,7 @@ class Replying:
         self.current: Run | None = None
         self._prepared: Run | None = None
         self._prepared_n = 0
+        self._prefills = 0
 
     def _stages(self, plan: ReplyPlan, request_id: str, epoch: int) -> ReplyStages:
         backends = self.c.backends
@@ -104,7 +107,7 @@ class Replying:
             queues=self.c.queues,
             watermark=self.c.watermark,
             thinker=backends.thinker,
-            think=plan.think(request_id),
+            think=replace(plan.think(request_id), conversation=self.c.session_id),
             gate=self.c.gate,
         )
 
@@ -133,6 +136,21 @@ class Replying:
         run = Run(stages, prepared=action)
         run.task = self.c.spawn(self._run(run), "prepared")
         self._prepared = run
+
+    def prefill(self, action: Prefill) -> None:
+        """Let the thinker read ahead (see :class:`Prefill`); a reply under way is left alone."""
+        if self.current is not None or self._prepared is not None:
+            return
+        self._prefills += 1
+        rid = f"prefill-{self.c.session_id}-{self._prefills}"
+        request = replace(action.plan.think(rid), conversation=self.c.session_id)
+        self.c.spawn(self._prefill(request), "prefill")
+
+    async def _prefill(self, request: ThinkRequest) -> None:
+        try:
+            await self.c.backends.thinker.prefill(request)
+        except Exception as exc:  # reading ahead is only ever a saving: the reply will say what is wrong
+            log.debug("prefill failed: %r", exc, extra={"session": self.c.session_id})
 
     def drop_prepared(self) -> None:
         prepared, self._prepared = self._prepared, None

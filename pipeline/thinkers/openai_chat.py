@@ -97,6 +97,9 @@ class OpenAIChatThinker:
         m = re.search(r"^vllm:num_requests_running\{[^}]*\}\s+([0-9.e+]+)", r.text, re.M)
         return int(float(m.group(1))) if m else 0
 
+    async def prefill(self, request: ThinkRequest) -> None:
+        """Nothing read ahead (the endpoint caches what its requests read)."""
+
     async def aclose(self) -> None:
         await self._client.aclose()
 

@@ -138,6 +138,9 @@ class VllmChatThinker:
     async def start(self) -> None:
         """Nothing to check: its engine is started by whoever builds it (it may be the talker's)."""
 
+    async def prefill(self, request: ThinkRequest) -> None:
+        """Nothing read ahead (the endpoint caches what its requests read)."""
+
     async def aclose(self) -> None:
         if self.owns_engine:
             await self.engine.close()

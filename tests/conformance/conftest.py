@@ -85,7 +85,10 @@ def conformance_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def duplex(conformance_dir: Path) -> Iterator[ServerProcess]:
     log = conformance_dir / "server.log"
-    server = ServerProcess("--talker", "espeak", log=log)
+    # The echo thinker: each check looks for the user's own words (or the tool's output)
+    # in the reply, which only a thinker that says them back gives every time. The shipped
+    # chat model is driven by the same clients in test_conformance_model.py.
+    server = ServerProcess("--talker", "espeak", "--thinker", "echo", log=log)
     try:
         server.start()
     except RuntimeError as exc:

@@ -1,0 +1,160 @@
+"""The default thinker: the shipped chat model in process on llama.cpp. What it is told (the
+speech prompt, the session's instructions, the tools), what of its writing is said, how it
+calls tools, keeps a conversation's cache, reads ahead, and stops when cancelled."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+
+import pytest
+
+from duplex.app.harness.questions import TOOLS
+from duplex.pipeline.recognizer import only_command
+from duplex.pipeline.thinker import ThinkRequest
+from duplex.pipeline.thinkers.calls import CallReader, call_grammar, call_probability, tools_prompt
+from duplex.pipeline.thinkers.local import SPEECH_PROMPT, LocalChatThinker, _fit
+from duplex.pipeline.thinkers.said import Speakable
+from duplex.pipeline.tools import ToolCallDelta
+
+
+def said(pieces: list[str]) -> str:
+    s = Speakable()
+    return "".join(s.feed(p) for p in pieces) + s.flush()
+
+
+def test_markup_is_not_said():
+    assert said(["The **capital** of France", " is `Paris`."]) == "The capital of France is Paris."
+    assert (
+        said(["Here are three:\n", "-", " apples\n", "2.", " pears\n", "# Done"])
+        == "Here are three:\napples\npears\n Done"
+    )
+    assert said(["In 2019 it rained."]) == "In 2019 it rained."  # a number is not a list marker
+
+
+def read(pieces: list[str], tools=TOOLS) -> tuple[str, list[ToolCallDelta]]:
+    reader = CallReader(tools, "resp_1")
+    text = "".join(reader.feed(p) for p in pieces)
+    rest = reader.finish()
+    return text + "".join(p for p in rest if isinstance(p, str)), [p for p in rest if isinstance(p, ToolCallDelta)]
+
+
+def test_calls_written_as_text_are_read_as_calls():
+    text, calls = read(["Sure.\n```json\n", '{"name": "set_timer", ', '"arguments": {"minutes": 5}}\n```'])
+    assert text == "Sure.\n" and [(c.name, json.loads(c.arguments)) for c in calls] == [("set_timer", {"minutes": 5})]
+    text, calls = read(["<tool_call>\n", '{"name": "get_weather", "parameters": {"city": "Oslo"}}\n</tool_call>'])
+    assert text == "" and calls[0].name == "get_weather" and json.loads(calls[0].arguments) == {"city": "Oslo"}
+
+
+def test_braces_that_are_no_call_are_said_after_all():
+    assert read(["The set {1, 2} has two members."]) == ("The set {1, 2} has two members.", [])
+    assert read(['Call {"name": "launch_rocket", "arguments": {}} now.']) == (
+        'Call {"name": "launch_rocket", "arguments": {}} now.',
+        [],
+    )  # not an offered tool
+    assert read(["No tools here: {x}"], tools=()) == ("No tools here: {x}", [])
+
+
+def test_the_first_tokens_alternatives_say_how_likely_a_call_is():
+    def chunk(*alts: tuple[str, float]) -> dict:
+        top = [{"token": t, "logprob": math.log(p)} for t, p in alts]
+        return {"choices": [{"delta": {"content": alts[0][0]}, "logprobs": {"content": [{"top_logprobs": top}]}}]}
+
+    assert call_probability(chunk(("The", 0.8), ("<", 0.05), ("{{", 0.04), ("```", 0.02))) == pytest.approx(0.11)
+    assert call_probability(chunk(("Paris", 0.9))) == 0.0
+    assert call_probability({"choices": [{"delta": {"content": "x"}}]}) is None
+
+
+def test_a_forced_call_is_written_under_the_tools_schemas():
+    grammar = call_grammar(TOOLS, {"type": "function", "name": "set_timer"})
+    schema = json.loads(grammar.split("%json ", 1)[1])
+    assert [a["properties"]["name"]["const"] for a in schema["anyOf"]] == ["set_timer"]
+    assert schema["anyOf"][0]["properties"]["arguments"] == TOOLS[1]["parameters"]
+    assert len(json.loads(call_grammar(TOOLS, "required").split("%json ", 1)[1])["anyOf"]) == 2
+    assert '"name": "get_weather"' in tools_prompt(TOOLS) and "<tool_call>" in tools_prompt(TOOLS)
+
+
+def test_commands_are_obeyed_not_asked():
+    for text in ("Stop.", "Stop talking, please.", "Hold on a second.", "Never mind.", "Shut up.", "Okay, stop."):
+        assert only_command(text), text
+    for text in ("Wait, what is the capital of France?", "Can you stop the timer?", "Okay.", "Stop the music", ""):
+        assert not only_command(text), text
+
+
+def test_the_speech_prompt_comes_first_then_the_instructions_then_the_tools():
+    thinker = LocalChatThinker(slots=1)
+    msgs = thinker.messages(
+        ThinkRequest(
+            "r", ({"role": "system", "content": "Be a pirate."}, {"role": "user", "content": "Hi"}), tools=TOOLS
+        )
+    )
+    system = msgs[0]["content"]
+    assert system.startswith(SPEECH_PROMPT) and system.index("Be a pirate.") < system.index("# Tools")
+    assert [m["role"] for m in msgs] == ["system", "user"]
+    none = thinker.messages(ThinkRequest("r", ({"role": "user", "content": "Hi"},), tools=TOOLS, tool_choice="none"))
+    assert none[0]["content"] == SPEECH_PROMPT
+
+
+def test_a_long_conversation_is_cut_to_the_context_in_one_go():
+    msgs = [{"role": "system", "content": "s"}] + [{"role": "user", "content": "x" * 100} for _ in range(40)]
+    cut = _fit(msgs, 2000)
+    assert cut[0]["role"] == "system" and 1 < len(cut) <= 11  # down to half the budget: the cache survives many turns
+    assert _fit(msgs[:5], 2000) == msgs[:5]
+
+
+# -- the real model --------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def model():
+    thinker = LocalChatThinker(slots=2)
+    asyncio.run(thinker.start())
+    yield thinker
+    asyncio.run(thinker.aclose())
+
+
+async def answer(thinker: LocalChatThinker, messages, conversation="c", **kw) -> list[str | ToolCallDelta]:
+    return [p async for p in thinker.think(ThinkRequest("resp_t", tuple(messages), conversation=conversation, **kw))]
+
+
+def user(text: str) -> dict:
+    return {"role": "user", "content": text}
+
+
+async def test_it_answers_in_speech_and_keeps_the_conversation_cached(model):
+    first = "".join(map(str, await answer(model, [user("What is the capital of France?")])))
+    assert "paris" in first.lower() and "*" not in first
+    follow = [user("What is the capital of France?"), {"role": "assistant", "content": first}, user("And Spain?")]
+    second = "".join(map(str, await answer(model, follow)))
+    assert "madrid" in second.lower()
+    t = model.last_timings
+    assert t["cache_n"] > t["prompt_n"] > 0  # only the new turn was read
+
+
+async def test_reading_ahead_leaves_only_the_last_words_to_read(model):
+    conv = [user("How many legs does a spider have?")]
+    await model.prefill(ThinkRequest("prefill", tuple(conv), conversation="ahead"))
+    await answer(model, conv, conversation="ahead")
+    assert model.last_timings["prompt_n"] <= 2  # the whole prompt was in the cache already
+
+
+async def test_a_named_tool_is_called_with_valid_arguments(model):
+    out = await answer(
+        model,
+        [user("Is it cold in Berlin today?")],
+        tools=TOOLS,
+        tool_choice={"type": "function", "name": "get_weather"},
+    )
+    calls = [p for p in out if isinstance(p, ToolCallDelta)]
+    assert len(calls) == 1 and calls[0].name == "get_weather"
+    assert json.loads(calls[0].arguments)["city"].lower() == "berlin"
+
+
+async def test_a_cancelled_reply_stops_the_model_at_once(model):
+    await model.idle()
+    before = model.counters()["tokens_predicted_total"]
+    story = [user("Tell me a long story about a dragon, in many sentences.")]
+    stream = model.think(ThinkRequest("resp_long", tuple(story), conversation="cancel", options={"max_tokens": 200}))
+    assert await anext(stream)
+    await stream.aclose()  # what a cancelled reply does
+    await model.idle()
+    assert model.counters()["tokens_predicted_total"] - before < 20  # not the 200 it was allowed
