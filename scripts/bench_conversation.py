@@ -34,7 +34,7 @@ from typing import Any
 
 from duplex.app.clients.simulated import SimulatedClient
 from duplex.app.harness.llama import LlamaServer
-from duplex.app.harness.questions import TOOLS, Spoken, Turn, call_passes, passes, spoken
+from duplex.app.harness.questions import DIALOGUE, TOOLS, Spoken, Turn, call_passes, passes, spoken, spoken_by
 from duplex.app.harness.servers import ServerProcess
 from duplex.app.harness.stats import pct
 from duplex.pipeline.thinkers.chat_models import DEFAULT_MODEL, resolve
@@ -228,6 +228,16 @@ def _cell(values: list[float]) -> str:
     return f"{statistics.median(values):.2f} / {pct(values, 0.9):.2f}"
 
 
+def transcript(results: list[TurnResult]) -> str:
+    """The dialogue as it went: what was heard, what was said back, and how soon."""
+    lines = ["| # | the user said | Duplex heard | Duplex said | first audio s | right |", "|---|---|---|---|---|---|"]
+    for i, r in enumerate(results, 1):
+        said = (f"[{r.call}] " if r.call else "") + (r.answer or "(nothing)")
+        first = f"{r.at['first audio']:.2f}" if "first audio" in r.at else "-"
+        lines.append(f"| {i} | {r.said} | {r.heard} | {said} | {first} | {'yes' if r.passed else 'no'} |")
+    return "\n".join(lines)
+
+
 def report(results: list[TurnResult]) -> str:
     lines = [
         "| thinker | part | answers right | "
@@ -266,11 +276,19 @@ def main() -> None:
     ap.add_argument("--json", default="artifacts/bench_conversation.json")
     ap.add_argument("--parallel", type=int, default=1, help="conversations at once")
     ap.add_argument(
+        "--dialogue", default="", metavar="VOICE", help="instead: the ten-turn dialogue in one voice, as a transcript"
+    )
+    ap.add_argument(
         "--warm", type=int, default=4, help="conversations run first, unmeasured (one per slot: each reads the tools)"
     )
     args = ap.parse_args()
     only = tuple(args.only.split(",")) if args.only else None
-    sets = {part: spoken(part, only) for part in args.parts.split(",")}
+    if args.dialogue:
+        dialogue = spoken_by(DIALOGUE, args.dialogue)
+        sets = {dialogue.split: [dialogue]}
+        args.warm = 0
+    else:
+        sets = {part: spoken(part, only) for part in args.parts.split(",")}
     results: list[TurnResult] = []
     extra = args.serve.split()
     for thinker in args.thinkers.split(","):
@@ -308,6 +326,8 @@ def main() -> None:
             if llama is not None:
                 llama.stop()
     print()
+    if args.dialogue:
+        print(transcript(results))
     print(report(results))
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps([asdict(r) for r in results], indent=1))

@@ -14,8 +14,9 @@ from duplex.app.harness.questions import TOOLS
 from duplex.pipeline.recognizer import only_command
 from duplex.pipeline.thinker import ThinkRequest
 from duplex.pipeline.thinkers.calls import CallReader, call_grammar, call_probability, tools_prompt
-from duplex.pipeline.thinkers.local import SPEECH_PROMPT, LocalChatThinker, _fit
+from duplex.pipeline.thinkers.local import SPEECH_PROMPT, WAITING, LocalChatThinker, _fit
 from duplex.pipeline.thinkers.said import Speakable
+from duplex.pipeline.thinkers.slots import Slots
 from duplex.pipeline.tools import ToolCallDelta
 
 
@@ -158,3 +159,32 @@ async def test_a_cancelled_reply_stops_the_model_at_once(model):
     await stream.aclose()  # what a cancelled reply does
     await model.idle()
     assert model.counters()["tokens_predicted_total"] - before < 20  # not the 200 it was allowed
+
+
+def test_conversations_keep_their_slots_and_the_least_recent_gives_way():
+    slots = Slots(2)
+    assert (slots.of("a"), slots.of("b"), slots.of("a")) == (0, 1, 0)
+    assert slots.of("c") == 1  # b was used least recently
+    assert slots.of("") is None
+    slots.started(0, "a")
+    assert slots.busy_for(0, "d") and not slots.busy_for(0, "a") and not slots.busy_for(1, "d")
+    slots.ended(0, "someone else")
+    assert slots.answering == 1
+    slots.ended(0, "a")
+    assert slots.answering == 0
+
+
+async def test_beyond_its_slots_a_reply_waits_and_says_so(model):
+    await model.idle()
+    long = {"max_tokens": 60}
+    talking = [
+        model.think(ThinkRequest(f"resp_{c}", (user("Count slowly from one to fifty."),), long, conversation=c))
+        for c in ("x", "y")
+    ]
+    for stream in talking:
+        assert await anext(stream)  # both slots are answering
+    third = model.think(ThinkRequest("resp_z", (user("Say hello."),), {"max_tokens": 3}, conversation="z"))
+    assert await anext(third) == WAITING
+    for stream in [*talking, third]:
+        await stream.aclose()
+    await model.idle()

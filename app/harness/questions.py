@@ -248,6 +248,26 @@ DEV_CONVERSATIONS: tuple[Conversation, ...] = (
 """Another set of the same kinds, to tune the thinker's prompt and settings on: what is
 chosen by looking at it leaves :data:`CONVERSATIONS` a fair measure."""
 
+DIALOGUE = Conversation(
+    "dialogue",
+    "dialogue",
+    (
+        Turn("Hi there. What can you help me with?", r"\w+ \w+ \w+"),
+        Turn("What is the capital of Portugal?", r"lisbon"),
+        Turn("What's the weather like there right now?", r"lisbon", tool="get_weather",
+             output={"city": "Lisbon", "temperature_c": 21, "condition": "sunny"}, after=r"twenty one|sunny"),
+        Turn("Nice. Should I bring an umbrella?", r"\bno\b|not|sunny|don't|do not"),
+        Turn("How many minutes are there in two hours?", r"one hundred (and )?twenty"),
+        Turn("Who wrote Don Quixote?", r"cervantes"),
+        Turn("And what language did he write it in?", r"spanish"),
+        Turn("Set a timer for five minutes.", r"\b5\b|five", tool="set_timer",
+             output={"ok": True, "minutes": 5}, after=r"five|timer|set"),
+        Turn("Stop.", None),
+        Turn("Thanks, that's all for now.", r"\w+"),
+    ),
+)  # fmt: skip
+"""A ten-turn conversation, recorded whole for the docs (``bench_conversation.py --dialogue``)."""
+
 TOOLS: tuple[dict[str, Any], ...] = (
     {
         "type": "function",
@@ -347,6 +367,21 @@ async def _spoken(split: str, only: tuple[str, ...] | None) -> list[Spoken]:
     finally:
         await talker.aclose()
     return out
+
+
+async def _one_voice(conv: Conversation, voice: str, split: str) -> Spoken:
+    talker = HibariTalker(kokoro=KokoroTalker(fallback=EspeakTalker()))
+    try:
+        turns = [await _say(talker, turn.said, voice, n) for n, turn in enumerate(conv.turns)]
+    finally:
+        await talker.aclose()
+    return Spoken(conv, voice, split, "clean", tuple(turns))
+
+
+def spoken_by(conv: Conversation, voice: str) -> Spoken:
+    """One conversation said by one voice of either part (synthesised now)."""
+    split = next(s for s, voices in VOICES.items() if voice in voices)
+    return asyncio.run(_one_voice(conv, voice, split))
 
 
 def spoken(split: str, only: tuple[str, ...] | None = None) -> list[Spoken]:

@@ -28,7 +28,6 @@ import secrets
 import tempfile
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import AsyncIterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -47,6 +46,7 @@ from duplex.pipeline.thinkers.calls import (
 )
 from duplex.pipeline.thinkers.chat_models import DEFAULT_MODEL, ProgressBar, cache_dir, resolve
 from duplex.pipeline.thinkers.said import Speakable
+from duplex.pipeline.thinkers.slots import Slots
 from duplex.pipeline.tools import ToolCallDelta, calls_allowed
 
 log = logging.getLogger("duplex.thinker")
@@ -59,6 +59,10 @@ SPEECH_PROMPT = (
     "and nothing else; never invent names, dates or numbers."
 )
 """The system prompt a session's instructions are added to: the reply is heard, not read."""
+
+WAITING = "One moment. "
+"""Said first by a reply that must wait for a slot (more conversations answering at once than
+``slots``): beyond capacity replies queue, and the user hears that they do."""
 
 PREFILLS_BESIDE = 2
 """Requests in flight beyond which reading ahead waits for a quieter moment: replies being
@@ -108,8 +112,7 @@ class LocalChatThinker:
         self._server: Any = None
         self._socket_dir: tempfile.TemporaryDirectory[str] | None = None
         self._pool = ThreadPoolExecutor(max_workers=2 * slots, thread_name_prefix="llama")
-        self._owners: OrderedDict[str, int] = OrderedDict()
-        """Conversation -> its slot, least recently used first."""
+        self._slots = Slots(slots)
         self._running: dict[str, tuple[threading.Event, asyncio.Future[Any]]] = {}
         """Conversation -> its request in flight: how to stop it, and its end."""
         self._inflight: set[tuple[threading.Event, Future[Any]]] = set()
@@ -184,22 +187,6 @@ class LocalChatThinker:
             body["id_slot"] = slot
         return body
 
-    def _slot(self, conversation: str) -> int | None:
-        """The conversation's slot (the least recently used one is taken over when all are owned)."""
-        if not conversation:
-            return None
-        if conversation in self._owners:
-            self._owners.move_to_end(conversation)
-            return self._owners[conversation]
-        taken = set(self._owners.values())
-        free = [s for s in range(self.slots) if s not in taken]
-        if free:
-            slot = free[0]
-        else:
-            _, slot = self._owners.popitem(last=False)
-        self._owners[conversation] = slot
-        return slot
-
     async def think(self, request: ThinkRequest) -> AsyncIterator[str | ToolCallDelta]:
         if self._server is None:
             raise RuntimeError("the local chat model is not started")
@@ -210,7 +197,12 @@ class LocalChatThinker:
             # not take, a cancelled one): stop the last and let it leave the slot first.
             previous[0].set()
             await asyncio.shield(previous[1])
-        body = self.body(request, self._slot(key))
+        slot = self._slots.of(key)
+        body = self.body(request, slot)
+        if self._slots.busy_for(slot, key):
+            # Every slot is answering someone: this reply waits its turn, and says so.
+            log.info("%s waits for slot %s (%d answering)", request.request_id, slot, self._slots.answering)
+            yield WAITING
         tools = request.tools if calls_allowed(request.tools, request.tool_choice) else ()
         forced = bool(tools) and request.tool_choice != "auto"
         if tools and not forced:
@@ -272,8 +264,11 @@ class LocalChatThinker:
 
         waited = time.monotonic() - began
         running = (stop, self._call(run, stop=stop))
+        slot = body.get("id_slot")
         if key:
             self._running[key] = running
+            self._slots.started(slot, key)
+            running[1].add_done_callback(lambda _: self._slots.ended(slot, key))
         timings: dict[str, Any] = {}
         try:
             while (chunk := await chunks.get()) is not None:
@@ -306,7 +301,7 @@ class LocalChatThinker:
         key = request.conversation
         if self._server is None or not key or key in self._running or len(self._running) >= PREFILLS_BESIDE:
             return
-        body = {**self.body(request, self._slot(key)), "stream": False, "max_tokens": 0}
+        body = {**self.body(request, self._slots.of(key)), "stream": False, "max_tokens": 0}
         stop = threading.Event()
         running = (stop, self._call(self._server.handle_chat_completions, body, stop=stop))
         self._running[key] = running
