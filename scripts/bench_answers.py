@@ -33,6 +33,7 @@ from duplex.app.harness.questions import (
     call_passes,
     passes,
 )
+from duplex.pipeline.segmenter import Segmenter
 from duplex.pipeline.thinker import ThinkRequest
 from duplex.pipeline.thinkers.chat_models import DEFAULT_MODEL
 from duplex.pipeline.thinkers.local import SPEECH_PROMPT, LocalChatThinker
@@ -72,7 +73,7 @@ async def run(
     load = time.monotonic() - t0
     rss = rss_kib(os.getpid()) / 1024 - before
     right: dict[str, list[bool]] = {}
-    cold, cached, speed = [], [], []
+    cold, cached, speed, clause = [], [], [], []
     for i, conv in enumerate(convs * repeat):
         messages: list[dict[str, Any]] = []
         for j, turn in enumerate(conv.turns):
@@ -102,6 +103,10 @@ async def run(
                 ok = ok and passes(Turn(turn.said, turn.after), text)
             else:
                 ok = passes(turn, text)
+                if text:  # how many words the voice waits for before it can start
+                    seg = Segmenter()
+                    first = seg.feed(text + " ") or seg.finish()
+                    clause.append(len((first[0].text if first else text).split()))
             messages.append({"role": "assistant", "content": text})
             right.setdefault(conv.kind, []).append(ok)
             if verbose:
@@ -116,6 +121,7 @@ async def run(
         "first_token_cold_s": statistics.median(cold),
         "first_token_cached_s": statistics.median(cached) if cached else float("nan"),
         "tokens_per_s": statistics.median(speed) if speed else float("nan"),
+        "first_clause_words": statistics.median(clause) if clause else float("nan"),
         "right": {k: (sum(v), len(v)) for k, v in right.items()},
     }
 
@@ -141,16 +147,19 @@ def main() -> None:
         for m in args.models.split(",")
     ]
     kinds = sorted({k for r in rows for k in r["right"]})
-    print("| model | load s | RSS MB | first token cold / cached s | tokens/s | right | " + " | ".join(kinds) + " |")
-    print("|---" * (6 + len(kinds)) + "|")
+    print(
+        "| model | load s | RSS MB | first token cold / cached s | tokens/s | first clause, words | right | "
+        + " | ".join(kinds)
+        + " |"
+    )
+    print("|---" * (7 + len(kinds)) + "|")
     for r in rows:
         total = sum(a for a, _ in r["right"].values()), sum(b for _, b in r["right"].values())
         cells = [f"{a}/{b}" for a, b in (r["right"].get(k, (0, 0)) for k in kinds)]
         print(
             f"| {Path(r['model']).name} | {r['load_s']:.1f} | {r['rss_mb']:.0f} | {r['first_token_cold_s']:.2f} / "
-            f"{r['first_token_cached_s']:.2f} | {r['tokens_per_s']:.1f} | {total[0]}/{total[1]} | "
-            + " | ".join(cells)
-            + " |"
+            f"{r['first_token_cached_s']:.2f} | {r['tokens_per_s']:.1f} | {r['first_clause_words']:.0f} | "
+            f"{total[0]}/{total[1]} | " + " | ".join(cells) + " |"
         )
 
 
