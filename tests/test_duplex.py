@@ -228,6 +228,18 @@ async def test_acks_drive_pacing(server, talker):
     await sim2.ws.close()
 
 
+async def test_an_ack_from_the_future_does_not_freeze_the_reply(server, talker):
+    sim = await connect(server)
+    sim.ack_every = None
+    rid = await start_reply(sim, LONG)
+    await sim.silence(0.2)
+    # Stamped far past the input sent: taken as stamped now, not as playback's state until then.
+    await sim.send("playback.ack", response_id=rid, played_samples=0, input_samples=2**53)
+    await sim.silence(2.0)
+    assert ms(sim.heard[rid].received) >= 1800  # it went on at real time (it once stood at 0.33 s)
+    await sim.ws.close()
+
+
 async def test_threshold_and_prefix_padding_are_honoured(server, talker):
     words = trim(await speech(talker, "what time is it now"), RATE)
     stream = mix(silence(1.0), words, silence(1.0))

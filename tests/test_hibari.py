@@ -85,6 +85,23 @@ async def test_sentences_stream_one_ahead_with_the_padding_cut(talker: HibariTal
     assert pcm.size - tail < 24000 * 0.4, "the trailing padding is cut to a sentence's pause"
 
 
+@pytest.mark.parametrize("said", ["1" * 37, "$" + "9" * 40, "9" * 40 + "th", "-" + "9" * 40 + "%", "3." + "1" * 60])
+async def test_a_number_too_long_for_words_is_said_digit_by_digit(talker: HibariTalker, said: str):
+    """37 digits once failed the whole reply (IndexError in hibari's number words)."""
+    chunks = await speak(talker, f"The answer is {said} exactly.")
+    assert {c.audio.owner for c in chunks} == {"hibari"}
+    assert pcm_of(chunks).size > 24000 * 37 * 0.2  # every digit said, not dropped
+
+
+def test_the_g2p_never_refuses_text(runtime: HibariRuntime):
+    """Random text of digits, signs, letters and symbols (seeded): phonemes, never an error."""
+    rng = np.random.default_rng(7)
+    alphabet = list("0123456789" * 4 + ",.-+$%e x/:'") + ["th", "st", "\u00e9", "\u20ac", "\U0001f600", "\u00bd"]
+    for _ in range(300):
+        text = "".join(rng.choice(alphabet, size=int(rng.integers(1, 80))))
+        assert isinstance(runtime.model.phonemize(text), str), text
+
+
 def test_a_replys_first_piece_is_its_first_words_alone():
     text = "The meeting was moved to Thursday afternoon. Bring the notes."
     pieces = hibari.head_first([(0, "The meeting was moved to Thursday afternoon. "), (45, "Bring the notes.")])

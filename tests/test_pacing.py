@@ -46,6 +46,19 @@ def test_playout_model_without_acks():
     assert p.seconds_until(100, 0.0) == pytest.approx(0.05)
 
 
+@pytest.mark.parametrize("lead_s", [0.0, 0.02, 0.05, 0.1, 0.25])
+def test_paced_output_keeps_real_time_at_any_lead(lead_s: float):
+    """Waiting as long as seconds_until says, then sending, plays at real time even
+    when a chunk is larger than the lead (a lead of 0 once took twice real time)."""
+    p = Playout(rate=1000, lead_s=lead_s)
+    t, chunk = 0.0, 80
+    while p.sent < 4000:
+        t += p.seconds_until(chunk, t)
+        assert p.may_send(chunk, t)
+        p.on_sent(chunk, t)
+    assert t <= 4.0  # the last chunk leaves before the reply's length has played
+
+
 def test_playout_gap_restarts_the_model_when_audio_arrives_late():
     p = Playout(rate=1000, lead_s=0.25)
     p.on_sent(100, t=0.0)

@@ -194,5 +194,7 @@ class Playout:
             return float("inf")
         if self.may_send(samples, t):
             return 0.0
-        need = self.sent + samples - self.lead  # playback must reach this
+        # may_send allows a chunk once playback reaches either point: all sent so far
+        # played (a chunk larger than the lead), or the chunk fitting within the lead.
+        need = min(self.sent, self.sent + samples - self.lead)
         return max(0.0, (need - self.played(t)) / self.rate)

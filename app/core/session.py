@@ -251,7 +251,9 @@ class Session:
         played, stamped = data["played_samples"], data["input_samples"]
         if played < 0 or stamped < 0:
             raise ProtocolError("invalid_value", "played_samples and input_samples must be >= 0")
-        self.replies.on_ack(data["response_id"], played, stamped)
+        # Stamped no later than the input received: an ack "from the future" would stand for
+        # playback until then and freeze the reply meanwhile.
+        self.replies.on_ack(data["response_id"], played, min(stamped, self.input_samples))
         return []
 
     # -- conversation --------------------------------------------------------

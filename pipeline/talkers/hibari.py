@@ -83,6 +83,11 @@ ESPEAK_PREFIX = "espeak:"
 Route = Literal["hibari", "kokoro", "espeak"]
 
 
+_LONG_NUMBER = re.compile(r"\d{16,}")
+"""Digits beyond what a person reads as one number (quadrillions): said one by one."""
+_SAYABLE = re.compile(r"[A-Za-z]+|\d{1,15}")
+
+
 class HibariModel:
     """The verified model and its G2P; :meth:`make` is thread-safe."""
 
@@ -97,9 +102,19 @@ class HibariModel:
         self.phonemize(".")  # builds the G2P (lexicons, tagger) now, not in a first reply
 
     def phonemize(self, text: str) -> str:
-        """Phonemes of ``text`` in the model's alphabet, words separated by spaces."""
+        """Phonemes of ``text`` in the model's alphabet, words separated by spaces.
+
+        Text its G2P cannot say is said another way, never refused: a number too long
+        for its number words (37 digits raised IndexError) digit by digit, and anything
+        else it fails on with only its letters and digits, spelled."""
+        text = _LONG_NUMBER.sub(lambda m: " ".join(m.group()), text)
         with self._g2p_lock:  # its tokenizer and caches are plain Python state
-            return str(self.tts.g2p(text))
+            try:
+                return str(self.tts.g2p(text))
+            except Exception:
+                log.warning("hibari could not say %r; saying it plainly", text[:80])
+                plain = " ".join(_SAYABLE.findall(text))
+                return str(self.tts.g2p(" ".join(plain) if plain.isdigit() else plain or "."))
 
     def make(self, phonemes: str, speed: float) -> np.ndarray:
         """Float audio at 24 kHz (with the model's padding)."""
