@@ -2,11 +2,11 @@
 ``server_vad`` and ``semantic_vad`` side by side, and where the time goes.
 
 Every scenario is a fresh session of ``duplex serve`` (its own process: the default
-backends, echo thinker) driven by the simulated client paced at real time, with
-speech from the natural-voice set (tests/voices: Kokoro, Piper and human clips) under
-varied conditions (clean, babble and music at 10 dB SNR, phone band, -35 and
--15 dBFS). Times are audio time at the client, from the true end (or onset) of the
-speech as the corpus marks it.
+backends, the local chat model answering; ``--thinker echo`` to compare) driven by the
+simulated client paced at real time, with speech from the natural-voice set
+(tests/voices: Kokoro, Piper and human clips) under varied conditions (clean, babble
+and music at 10 dB SNR, phone band, -35 and -15 dBFS). Times are audio time at the
+client, from the true end (or onset) of the speech as the corpus marks it.
 
 * turns: a question; latency to the end of turn (speech_stopped), the transcript,
   the reply's creation and its first audio; word errors of the live transcript.
@@ -425,6 +425,7 @@ async def main() -> None:
     ap.add_argument("--detector", choices=("server_vad", "semantic_vad"), action="append")
     ap.add_argument("--talker", action="append", help="compare these voices (duplex serve --talker) instead")
     ap.add_argument("--asr-model", action="append", help="compare these recognisers (duplex serve --asr-model)")
+    ap.add_argument("--thinker", action="append", help="compare these thinkers (duplex serve --thinker)")
     ap.add_argument("--turns-only", action="store_true", help="only turns and interruptions")
     ap.add_argument("--split", choices=("tune", "heldout", "all"), action="append", help="default: tune and heldout")
     ap.add_argument("--fast", action="store_true", help="faster than real time (decisions exact, latencies not)")
@@ -437,12 +438,20 @@ async def main() -> None:
     global FAST
     FAST = args.fast
     results: dict[str, Tally] = {}
-    for talker, asr in itertools.product(args.talker or [None], args.asr_model or [None]):
-        server = ServerProcess(*(("--talker", talker) if talker else ()), *(("--asr-model", asr) if asr else ()))
+    for talker, asr, thinker in itertools.product(
+        args.talker or [None], args.asr_model or [None], args.thinker or [None]
+    ):
+        server = ServerProcess(
+            *(("--talker", talker) if talker else ()),
+            *(("--asr-model", asr) if asr else ()),
+            *(("--thinker", thinker) if thinker else ()),
+        )
         with server.running():
             for split in args.split or ("tune", "heldout"):
                 for td in args.detector or ("server_vad", "semantic_vad"):
-                    name = ", ".join(x for x in (td, talker, asr and f"Whisper {asr}", split) if x)
+                    name = ", ".join(
+                        x for x in (td, talker, asr and f"Whisper {asr}", thinker and f"thinker {thinker}", split) if x
+                    )
                     results[name] = await run(server.url, td, args.quick, args.turns_only, split, args.listening)
                     print(f"{name}: done", flush=True)
     report(results)

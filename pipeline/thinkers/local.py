@@ -71,6 +71,10 @@ spoken come first (reading ahead runs in the same batches and would slow their w
 TEMPERATURE = 0.2
 """Low: a small model answers facts more reliably (scripts/bench_answers.py --set dev)."""
 
+PROMPT_CACHE_MIB = 256
+"""Memory for the prompts of slots taken over (a conversation that comes back is restored):
+llama.cpp's default, 8 GiB, grew the server ~10 MB a conversation. This holds ~20 of 500 tokens."""
+
 NICE = 5
 """llama.cpp's threads make way for listening (Whisper, Smart Turn, the event loop) and the
 voice when the two cores are short: hearing a barge-in must not wait for a token."""
@@ -125,6 +129,10 @@ class LocalChatThinker:
         label = f"joining {self.model}"
         self.path = await asyncio.to_thread(resolve, self.model, self.cache or cache_dir(), ProgressBar(label))
         self._server = await asyncio.to_thread(built_at, self.nice, self._build, "llama-load")
+        # The speech prompt read into the first slot before the server is ready (a fresh
+        # server's first answer came 15.6 s late, the prompt read cold beside Whisper).
+        msgs = [{"role": "system", "content": self.system_prompt}, {"role": "user", "content": "Hello."}]
+        await self._call(self._server.handle_chat_completions, {"messages": msgs, "max_tokens": 0, "id_slot": 0})
 
     def _call(self, fn: Any, *args: Any, stop: threading.Event | None = None) -> asyncio.Future[Any]:
         """``fn(*args)`` on a llama thread, tracked until it returns (whichever loop awaits it)."""
@@ -139,6 +147,8 @@ class LocalChatThinker:
         assert self.path is not None
         p = xllamacpp.CommonParams()
         p.model.path = str(self.path)
+        # Read, not mapped: the weights are repacked anyway, and a mapping kept the file resident too.
+        p.load_mode = xllamacpp.llama_load_mode.LLAMA_LOAD_MODE_NONE
         p.n_parallel = self.slots
         p.n_ctx = self.context * self.slots
         p.kv_unified = False
@@ -147,6 +157,7 @@ class LocalChatThinker:
         p.cpuparams.poll = 0
         p.cpuparams_batch.poll = 0
         p.cache_prompt = True
+        p.cache_ram_mib = PROMPT_CACHE_MIB
         p.use_jinja = True
         p.warmup = True
         p.ui = False
