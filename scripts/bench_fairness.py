@@ -311,7 +311,11 @@ async def phase(port: int, words: object, seconds: float, flood: Callable[..., A
 async def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=12.0, help="each phase's length")
-    ap.add_argument("--serve", default="", help="more `duplex serve` flags, e.g. '--loop-share 0.8'")
+    ap.add_argument(
+        "--serve",
+        default="--thinker echo",
+        help="`duplex serve` flags, e.g. '--thinker echo --loop-share 0.8' (default: the echo, not a model)",
+    )
     ap.add_argument("--only", action="append", help="run only the floods whose name contains this")
     args = ap.parse_args()
     words = trim(await speech(EspeakTalker(), "wait, please stop talking now"), RATE)

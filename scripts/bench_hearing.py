@@ -2,7 +2,8 @@
 ``server_vad`` and ``semantic_vad`` side by side, and where the time goes.
 
 Every scenario is a fresh session of ``duplex serve`` (its own process: the default
-backends, the local chat model answering; ``--thinker echo`` to compare) driven by the
+backends but the thinker: the echo, whose long replies the interruptions need; ``--thinker
+local`` to compare) driven by the
 simulated client paced at real time, with speech from the natural-voice set
 (tests/voices: Kokoro, Piper and human clips) under varied conditions (clean, babble
 and music at 10 dB SNR, phone band, -35 and -15 dBFS). Times are audio time at the
@@ -425,7 +426,11 @@ async def main() -> None:
     ap.add_argument("--detector", choices=("server_vad", "semantic_vad"), action="append")
     ap.add_argument("--talker", action="append", help="compare these voices (duplex serve --talker) instead")
     ap.add_argument("--asr-model", action="append", help="compare these recognisers (duplex serve --asr-model)")
-    ap.add_argument("--thinker", action="append", help="compare these thinkers (duplex serve --thinker)")
+    ap.add_argument(
+        "--thinker",
+        action="append",
+        help="compare these thinkers (duplex serve --thinker; default: echo, its long replies are interrupted)",
+    )
     ap.add_argument("--turns-only", action="store_true", help="only turns and interruptions")
     ap.add_argument("--split", choices=("tune", "heldout", "all"), action="append", help="default: tune and heldout")
     ap.add_argument("--fast", action="store_true", help="faster than real time (decisions exact, latencies not)")
@@ -439,7 +444,7 @@ async def main() -> None:
     FAST = args.fast
     results: dict[str, Tally] = {}
     for talker, asr, thinker in itertools.product(
-        args.talker or [None], args.asr_model or [None], args.thinker or [None]
+        args.talker or [None], args.asr_model or [None], args.thinker or ["echo"]
     ):
         server = ServerProcess(
             *(("--talker", talker) if talker else ()),

@@ -176,7 +176,11 @@ async def stalled_reader(port: int, pid: int, seconds: float) -> tuple[int, int]
 async def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="fewer turns, 5 s stalled reader")
-    ap.add_argument("--serve", default="", help="more `duplex serve` flags, e.g. '--loop-share 0.8'")
+    ap.add_argument(
+        "--serve",
+        default="--thinker echo",
+        help="`duplex serve` flags, e.g. '--thinker echo --loop-share 0.8' (default: the echo, not a model)",
+    )
     args = ap.parse_args()
     turns = 4 if args.quick else 12
     base_first, base_rtf = await baseline_pipeline(turns * 3)

@@ -97,7 +97,7 @@ async def main() -> None:
     talker = EspeakTalker()
     model = build_tiny_llama(Path(tempfile.mkdtemp()) / "tiny")
     setups = {
-        "echo (baseline)": [],
+        "echo (baseline)": ["--thinker", "echo"],
         "tiny vLLM chat model": [
             "--thinker",
             "vllm",

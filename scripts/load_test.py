@@ -174,12 +174,17 @@ async def main() -> None:
     ap.add_argument("--seconds", type=float, default=120.0)
     ap.add_argument("--rounds", type=int, default=1, help="rounds of --seconds; RSS and tasks are read after each")
     ap.add_argument("--talker", help="duplex serve --talker (default: the server's default voice)")
+    ap.add_argument(
+        "--thinker", default="echo", help="duplex serve --thinker (the echo by default: the server measured)"
+    )
     ap.add_argument("--asr-model", help="duplex serve --asr-model (default: the server's default recogniser)")
     args = ap.parse_args()
     audio = voices()
     alone = duck_alone(audio)
     # Its log goes to a file: a pipe nobody reads would block it.
     flags = (
+        "--thinker",
+        args.thinker,
         *(("--talker", args.talker) if args.talker else ()),
         *(("--asr-model", args.asr_model) if args.asr_model else ()),
     )
