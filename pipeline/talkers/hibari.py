@@ -106,15 +106,14 @@ class HibariModel:
 
         Text its G2P cannot say is said another way, never refused: a number too long
         for its number words (37 digits raised IndexError) digit by digit, and anything
-        else it fails on with only its letters and digits, spelled."""
+        else it fails on with only its words and numbers."""
         text = _LONG_NUMBER.sub(lambda m: " ".join(m.group()), text)
         with self._g2p_lock:  # its tokenizer and caches are plain Python state
             try:
                 return str(self.tts.g2p(text))
             except Exception:
                 log.warning("hibari could not say %r; saying it plainly", text[:80])
-                plain = " ".join(_SAYABLE.findall(text))
-                return str(self.tts.g2p(" ".join(plain) if plain.isdigit() else plain or "."))
+                return str(self.tts.g2p(" ".join(_SAYABLE.findall(text)) or "."))
 
     def make(self, phonemes: str, speed: float) -> np.ndarray:
         """Float audio at 24 kHz (with the model's padding)."""
