@@ -126,6 +126,9 @@ def test_pause_resume_and_barge_in_truncation_at_the_played_position(duck_db):
     assert [t.audio_end_ms for t in truncated] == [200]
     item = r.ctx.conversation.items[-1]
     assert item.content[0].text == "one two", "the transcript keeps the words begun by 200 ms"
+    done = [e for e in out if isinstance(e, ResponseDone)]
+    assert done[0].response.output[0].content[0].text == "one two", "response.done tells the client what it heard"
+    assert out.index(done[0]) < out.index(truncated[0])
 
 
 def test_a_reply_heard_in_full_is_not_truncated_by_later_speech():

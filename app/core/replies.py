@@ -264,9 +264,12 @@ class Replies:
         part = r.item.content[0]
         out: list[ServerEvent] = []
         if part.audio:
-            part.text = r.text if status == "completed" else r.text[: r.transcript_sent]
+            if status == "completed":
+                part.text = r.text
+            elif r.item.truncated_ms is None:  # (a truncated item keeps the words heard)
+                part.text = r.text[: r.transcript_sent]
             self.ctx.conversation.recount(r.item)
-            out += [AudioDone(r.ref), AudioTranscriptDone(r.ref, part.text)]
+            out += [AudioDone(r.ref), AudioTranscriptDone(r.ref, part.text or "")]
         else:
             out.append(TextDone(r.ref, part.text or ""))
         return [*out, ContentPartDone(r.ref, part.view())]
@@ -432,18 +435,19 @@ class Replies:
             r.move(ReplyEvent.PLAYED)
         if r.phase not in AUDIBLE:
             return []  # heard in full before the user spoke, or over already
-        out: Output = []
-        if r.running:
-            out += self.cancel(r, "turn_detected")
+        # Cut before the cancel, so that its response.done already reports what was heard.
         end_ms = min(self._played_ms(r, onset), r.item.audio_ms)
-        r.move(ReplyEvent.CUT)
         r.item.truncate(end_ms)
         self.ctx.conversation.recount(r.item)
+        out: Output = self.cancel(r, "turn_detected") if r.running else []
+        r.move(ReplyEvent.CUT)
         out.append(ItemTruncated(r.item.id, 0, end_ms))
         return out
 
     def truncate(self, item: Item, end_ms: int) -> Output:
         """The client truncated ``item`` at ``end_ms``; on the live reply that ends it."""
+        item.truncate(end_ms)  # first, as on a barge-in: response.done reports what was heard
+        self.ctx.conversation.recount(item)
         out: Output = []
         r = self.active
         if r is not None and r.item is item:
@@ -451,7 +455,5 @@ class Replies:
         p = self.playing
         if p is not None and p.item is item and MOVES.allows(p.phase, ReplyEvent.CUT):
             p.move(ReplyEvent.CUT)
-        item.truncate(end_ms)
-        self.ctx.conversation.recount(item)
         out.append(ItemTruncated(item.id, 0, end_ms))
         return out
