@@ -262,6 +262,7 @@ class ReplyStages:
                     only_text = TalkerChunk(empty, (), text, text_only=True)
                     await self.talk_queue.put(seq.event("text", only_text, self.watermark()))
         finally:
+            self.talker.release(self.request.request_id)  # its voice was the reply's, for its whole life
             self.talk_queue.close()
 
     async def _vocode(self) -> None:

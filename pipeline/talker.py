@@ -14,6 +14,10 @@ OpenAIVoice = Literal["alloy", "ash", "ballad", "coral", "echo", "sage", "shimme
 unmodified Realtime clients work."""
 OPENAI_VOICES: tuple[OpenAIVoice, ...] = get_args(OpenAIVoice)
 DEFAULT_VOICE: OpenAIVoice = "alloy"
+REPLIES_KEPT = 4096
+"""Replies a talker remembers across their text segments until released. The reply stage
+releases each one as it ends, so only live replies are kept; the bound only catches a
+caller that never releases (far above --max-sessions)."""
 """OpenAI's default voice, and a session's."""
 
 
@@ -94,6 +98,12 @@ class Talker(Protocol):
 
     def check_voice(self, voice: str) -> None:
         """Raise ValueError naming the problem if ``voice`` is not usable."""
+        ...
+
+    def release(self, request_id: str) -> None:
+        """The reply ``request_id`` is over (spoken, cancelled or failed): forget what was
+        kept for it across its text segments (the voice chosen at its start). The reply's
+        stage calls it once; a talker that keeps nothing does nothing."""
         ...
 
     async def aclose(self) -> None:

@@ -10,7 +10,6 @@ import logging
 import subprocess
 import sys
 import textwrap
-import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,15 +17,18 @@ import numpy as np
 import pytest
 
 from duplex.app.harness.voices import resample, wer, write_wav
+from duplex.pipeline.stages import ReplyStages
+from duplex.pipeline.stream import ChunkEvent
 from duplex.pipeline.talker import SpeechRequest, TalkerChunk
 from duplex.pipeline.talkers import hibari
 from duplex.pipeline.talkers.espeak import EspeakTalker
 from duplex.pipeline.talkers.hibari import HibariModel, HibariRuntime, HibariTalker
 from duplex.pipeline.talkers.kokoro import KokoroRuntime, KokoroTalker
+from duplex.pipeline.vocoders.pcm import PcmVocoder
 from duplex.pipeline.weights import WeightsError
 
 from .test_browser import ARTIFACTS
-from .util import until
+from .util import gate, until
 
 SENTENCES = [
     "Sure, I can help with that.",
@@ -165,17 +167,23 @@ def kokoro_runtime() -> KokoroRuntime:
     return rt
 
 
-async def test_kokoro_speaks_its_voices_and_hibari_beyond_its_capacity(runtime, kokoro_runtime, espeak_runtime, caplog):
+async def test_kokoro_speaks_its_voices_and_hibari_beyond_its_capacity(
+    runtime, kokoro_runtime, espeak_runtime, caplog, monkeypatch
+):
     espeak = EspeakTalker(espeak_runtime)
     talker = HibariTalker(runtime, espeak, kokoro=KokoroTalker(kokoro_runtime, espeak))
     assert "af_bella" in talker.voices() and "cedar" in talker.names()
     assert (await speak(talker, "Hello.", "af_bella"))[0].audio.owner == "kokoro"
     assert (await speak(talker, "Hello.", "alloy"))[0].audio.owner == "hibari"
+    hold = gate(kokoro_runtime.pool, monkeypatch)
     busy = talker.speak(SpeechRequest("busy", " ".join(SENTENCES), voice="cedar"))
-    assert (await anext(busy)).audio.owner == "kokoro"  # Kokoro is making a reply: its capacity
+    waiting = asyncio.ensure_future(anext(busy))
+    await until(lambda: kokoro_runtime.making == 1)  # Kokoro is making a segment: its capacity
     with caplog.at_level(logging.INFO, logger="duplex.voice"):
         assert (await speak(talker, "And another thing.", "marin", rid="other"))[0].audio.owner == "hibari"
     assert talker.overflows == 1 and "speaks with hibari" in caplog.text
+    hold.set()
+    assert (await waiting).audio.owner == "kokoro"
     # A reply keeps its voice across its text segments, whatever else is running then.
     await busy.aclose()
     assert (await speak(talker, "And on.", "marin", rid="other"))[0].audio.owner == "hibari"
@@ -184,9 +192,7 @@ async def test_kokoro_speaks_its_voices_and_hibari_beyond_its_capacity(runtime, 
 async def test_beyond_capacity_a_reply_speaks_with_espeak_and_says_so(runtime, espeak_runtime, caplog, monkeypatch):
     talker = HibariTalker(runtime, EspeakTalker(espeak_runtime))
     monkeypatch.setattr(runtime, "capacity", 1)
-    hold, real = threading.Event(), runtime.pool._make
-    # The fault injected: a sentence that takes as long as the test says (a busy CPU).
-    monkeypatch.setattr(runtime.pool, "_make", lambda job: (hold.wait(30), real(job))[1])
+    hold = gate(runtime.pool, monkeypatch)
     first = talker.speak(SpeechRequest("a", " ".join(SENTENCES)))
     waiting = asyncio.ensure_future(anext(first))  # its first sentence is being made
     await until(lambda: runtime.making == 1)
@@ -211,6 +217,28 @@ async def test_a_reply_nobody_reads_holds_no_capacity(runtime, espeak_runtime, m
     assert talker.fallbacks == 0
     await stalled.aclose()
     assert runtime.making == 0
+
+
+async def test_a_reply_keeps_its_voice_however_many_replies_begin_and_end_meanwhile(
+    runtime, espeak_runtime, monkeypatch
+):
+    # Issue 42 #1: the reply's voice was forgotten once REPLIES_KEPT other replies had
+    # spoken, and its next segment, routed afresh with the voice full, came at eSpeak's rate.
+    talker = HibariTalker(runtime, EspeakTalker(espeak_runtime))
+    monkeypatch.setattr(hibari, "REPLIES_KEPT", 4)
+    assert (await speak(talker, SENTENCES[0], rid="long"))[0].audio.owner == "hibari"
+    for n in range(8):  # other replies, each through the stages that end it
+        stages = ReplyStages(talker, PcmVocoder(), SpeechRequest(f"other{n}", "Hi."), epoch=1, output_rate=hibari.RATE)
+
+        async def sink(event: ChunkEvent) -> None:
+            pass
+
+        await stages.run(sink)
+    monkeypatch.setattr(runtime, "capacity", 0)  # full when the long reply's next segment comes
+    later = await speak(talker, SENTENCES[1], rid="long")
+    assert {(c.audio.owner, c.audio.rate) for c in later} == {("hibari", hibari.RATE)}
+    talker.release("long")
+    assert (await speak(talker, SENTENCES[2], rid="long"))[0].audio.owner == "espeak"  # a new reply
 
 
 def test_every_file_is_checked_against_its_pin(monkeypatch):

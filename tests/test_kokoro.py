@@ -23,6 +23,7 @@ from duplex.pipeline.talkers.segments import split_segments, word_starts
 from duplex.pipeline.weights import WeightsError
 
 from .test_browser import ARTIFACTS
+from .util import gate, until
 
 SENTENCES = [
     "Sure, I can help with that.",
@@ -137,6 +138,24 @@ async def test_cancel_stops_the_segment_being_made(talker: KokoroTalker, runtime
     assert runtime.making == 0
 
 
+async def test_a_reply_nobody_reads_holds_no_capacity(runtime: KokoroRuntime, espeak_runtime):
+    # Issue 42 #5: a reply paced after session.sync with no input never moved, and held
+    # Kokoro's only slot until it was cancelled.
+    talker = KokoroTalker(runtime, EspeakTalker(espeak_runtime))
+    runtime.capacity = 1
+    try:
+        stalled = talker.speak(SpeechRequest("stalled", " ".join(SENTENCES * 3)))
+        await anext(stalled)  # played a little, then the client stopped reading
+        assert await asyncio.to_thread(runtime.wait_idle, 60)  # the one segment ahead is made
+        await until(lambda: runtime.making == 0)
+        assert (await speak(talker, "Another session speaks."))[0].audio.owner == "kokoro"
+        assert talker.fallbacks == 0
+        await stalled.aclose()
+        assert runtime.making == 0
+    finally:
+        runtime.capacity = 2
+
+
 async def test_openai_names_kokoro_names_and_espeak_voices(talker: KokoroTalker):
     for name in VOICE_ALIASES:
         talker.check_voice(name)
@@ -150,16 +169,22 @@ async def test_openai_names_kokoro_names_and_espeak_voices(talker: KokoroTalker)
     assert chunks[0].audio.rate == 22050 and chunks[0].audio.owner == "espeak"
 
 
-async def test_beyond_capacity_a_reply_speaks_with_espeak_and_says_so(runtime: KokoroRuntime, espeak_runtime, caplog):
+async def test_beyond_capacity_a_reply_speaks_with_espeak_and_says_so(
+    runtime: KokoroRuntime, espeak_runtime, caplog, monkeypatch
+):
     one = KokoroTalker(runtime, EspeakTalker(espeak_runtime))
     runtime.capacity = 1
     try:
+        hold = gate(runtime.pool, monkeypatch)
         first = one.speak(SpeechRequest("a", " ".join(SENTENCES)))
-        await anext(first)  # a reply is being made
+        waiting = asyncio.ensure_future(anext(first))
+        await until(lambda: runtime.making == 1)  # a segment is being made
         with caplog.at_level(logging.WARNING, logger="duplex.voice"):
             second = await speak(one, "And another thing.", "ballad")
         assert second[0].audio.owner == "espeak" and one.fallbacks == 1
         assert "speaks with eSpeak NG" in caplog.text
+        hold.set()
+        assert (await waiting).audio.owner == "kokoro"
         await first.aclose()
         third = await speak(one, "Now there is room.")
         assert third[0].audio.owner == "kokoro"
@@ -245,15 +270,21 @@ async def test_talker_kokoro_speaks_kokoro_and_espeak_without_its_weights(monkey
         await backends.aclose()
 
 
-async def test_a_reply_keeps_one_voice_and_grows_its_segments_across_its_text_segments(runtime, espeak_runtime):
+async def test_a_reply_keeps_one_voice_and_grows_its_segments_across_its_text_segments(
+    runtime, espeak_runtime, monkeypatch
+):
     # The reply's stages call the talker once per text segment with the same request id.
     talker = KokoroTalker(runtime, EspeakTalker(espeak_runtime))
     runtime.capacity = 1
     try:
+        hold = gate(runtime.pool, monkeypatch)
         first = talker.speak(SpeechRequest("a", SENTENCES[1]))
-        await anext(first)
+        waiting = asyncio.ensure_future(anext(first))
+        await until(lambda: runtime.making == 1)
         other = talker.speak(SpeechRequest("b", "Meanwhile, another reply."))
-        assert (await anext(other)).audio.owner == "espeak"  # "a" holds the neural voice
+        assert (await anext(other)).audio.owner == "espeak"  # "a" is making the neural voice's segment
+        hold.set()
+        await waiting
         await first.aclose()
         # Its next text segment: still eSpeak for "b" (one voice a reply), Kokoro for "a".
         assert (await speak_id(talker, "b", "And on."))[0].audio.owner == "espeak"

@@ -112,6 +112,9 @@ class _FailingTalker:
     def __init__(self, inner: EspeakTalker, after: int) -> None:
         self.inner, self.after = inner, after
 
+    def release(self, request_id: str) -> None:
+        pass
+
     async def speak(self, request):
         n = 0
         async for chunk in self.inner.speak(request):
@@ -142,6 +145,9 @@ class _SilentFirst:
 
     def __init__(self, inner: EspeakTalker) -> None:
         self.inner = inner
+
+    def release(self, request_id: str) -> None:
+        pass
 
     async def speak(self, request):
         if "Hush" in request.text:

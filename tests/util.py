@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -42,6 +43,14 @@ async def until(predicate: Callable[[], bool], timeout: float = 10.0, what: str 
         while not predicate():
             await asyncio.sleep(0.001)
     assert predicate(), what
+
+
+def gate(pool: Any, monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """Make every piece ``pool`` synthesises wait until the returned event is set: the
+    fault injected is a busy CPU, a piece that takes as long as the test says."""
+    hold, real = threading.Event(), pool._make
+    monkeypatch.setattr(pool, "_make", lambda job: (hold.wait(60), real(job))[1])
+    return hold
 
 
 @dataclass

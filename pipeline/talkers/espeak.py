@@ -362,6 +362,9 @@ class EspeakTalker:
     def voices(self) -> list[str]:
         return sorted(VOICE_ALIASES) + self.runtime.voices()
 
+    def release(self, request_id: str) -> None:
+        """Nothing is kept across a reply's segments."""
+
     async def speak(self, request: SpeechRequest) -> AsyncIterator[TalkerChunk]:
         """Stream the request's audio clause by clause, with word positions."""
         loop = asyncio.get_running_loop()

@@ -34,9 +34,16 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
 
-from duplex.pipeline.talker import DEFAULT_VOICE, OPENAI_VOICES, SpeechRequest, TalkerChunk, is_openai_voice
+from duplex.pipeline.talker import (
+    DEFAULT_VOICE,
+    OPENAI_VOICES,
+    REPLIES_KEPT,
+    SpeechRequest,
+    TalkerChunk,
+    is_openai_voice,
+)
 from duplex.pipeline.talkers import espeak
-from duplex.pipeline.talkers.pool import Cancelled, Job, SynthesisPool
+from duplex.pipeline.talkers.pool import Cancelled, Capacity, Job, SynthesisPool
 from duplex.pipeline.talkers.segments import FIRST_WORDS, speech_chunks
 from duplex.pipeline.weights import PackagedFile
 
@@ -55,8 +62,6 @@ CAPACITY = 16
 measured 16 streams in real time on 2 cores, each sentence still ~10x faster than it plays)."""
 NICE = 0
 """Not niced: a sentence costs tens of milliseconds, and the listener waits for the first."""
-REPLIES_KEPT = 512
-"""Replies whose voice and progress are remembered across their text segments."""
 MAX_CHARS = 160
 """Longer sentences are made in pieces cut at commas (the model reads 400 phonemes at most)."""
 
@@ -143,15 +148,13 @@ class _Job(Job[tuple[np.ndarray, str]]):
     speed: float = 1.0
 
 
-class HibariRuntime:
-    """The model and its worker threads, shared by every session."""
+class HibariRuntime(Capacity):
+    """The model and its worker threads, shared by every session; its capacity counts
+    sentences being made (beyond it a new reply speaks with eSpeak NG)."""
 
     def __init__(self, *, workers: int = WORKERS, capacity: int = CAPACITY, nice: int = NICE) -> None:
+        super().__init__(capacity)
         self.model = HibariModel()
-        self.capacity = capacity
-        """Replies made at once; more speak with eSpeak NG."""
-        self.making = 0
-        """Sentences submitted and not yet made (each reply makes one ahead of what plays)."""
         self.pool: SynthesisPool[_Job] = SynthesisPool(self._make, workers=workers, nice=nice, name="hibari")
 
     def _make(self, job: _Job) -> tuple[np.ndarray, str]:
@@ -241,14 +244,14 @@ class HibariTalker:
         chosen: str | None = voice
         if route == "kokoro" and self.kokoro is not None:
             rt = self.kokoro.runtime
-            if rt.making >= rt.capacity:
+            if rt.full:
                 route, chosen = "hibari", VOICE
                 self.overflows += 1
-                log.info("Kokoro is making %d replies (its capacity): this one speaks with hibari", rt.making)
-        if route == "hibari" and self.runtime.making >= self.runtime.capacity:
+                log.info("Kokoro is making %d pieces (its capacity): this one speaks with hibari", rt.making)
+        if route == "hibari" and self.runtime.full:
             self.fallbacks += 1
             log.warning(
-                "the neural voice is making %d replies (its capacity): this one speaks with eSpeak NG",
+                "the neural voice is making %d sentences (its capacity): this one speaks with eSpeak NG",
                 self.runtime.making,
                 extra={"response": request_id},
             )
@@ -286,22 +289,12 @@ class HibariTalker:
         reply.spoken += len(request.text)
 
         runtime = self.runtime
-        counted: set[_Job] = set()
-
-        def made(job: _Job) -> None:
-            if job in counted:
-                counted.discard(job)
-                runtime.making -= 1
 
         def submit(index: int) -> _Job | None:
             if index >= len(pieces):
                 return None
             job = _Job(loop, first and index == 0, loop.create_future(), text=pieces[index][1], speed=speed)
-            # Capacity counts sentences being made, not replies alive: a reply whose client
-            # stopped reading has its next sentence made and holds nothing while it waits.
-            runtime.making += 1
-            counted.add(job)
-            job.done.add_done_callback(lambda _: made(job))
+            runtime.hold(job)
             runtime.pool.submit(job)
             return job
 
@@ -329,7 +322,13 @@ class HibariTalker:
         finally:
             if job is not None:
                 job.cancel()
-                made(job)  # no longer awaited: it no longer counts
+                runtime.release(job)  # no longer awaited: it no longer counts
+
+    def release(self, request_id: str) -> None:
+        """The reply is over: its voice is chosen afresh if the id ever comes again."""
+        self._replies.pop(request_id, None)
+        if self.kokoro is not None:
+            self.kokoro.release(request_id)
 
     async def aclose(self) -> None:
         if self._own_runtime:

@@ -35,10 +35,17 @@ from typing import Any, cast
 import numpy as np
 
 from duplex.pipeline.niceness import built_at
-from duplex.pipeline.talker import DEFAULT_VOICE, OpenAIVoice, SpeechRequest, TalkerChunk, is_openai_voice
+from duplex.pipeline.talker import (
+    DEFAULT_VOICE,
+    REPLIES_KEPT,
+    OpenAIVoice,
+    SpeechRequest,
+    TalkerChunk,
+    is_openai_voice,
+)
 from duplex.pipeline.talkers import espeak
 from duplex.pipeline.talkers.kokoro_model import MODEL_SHA256, VOICES, KokoroModel
-from duplex.pipeline.talkers.pool import Cancelled, Job, SynthesisPool
+from duplex.pipeline.talkers.pool import Cancelled, Capacity, Job, SynthesisPool
 from duplex.pipeline.talkers.segments import speech_chunks, split_segments
 
 log = logging.getLogger("duplex.voice")
@@ -48,8 +55,6 @@ CHUNK = RATE // 10
 """Samples per chunk handed on (100 ms): the pacing and cancel granularity."""
 NICE = 10
 """The synthesis threads' nice value: listening comes first when the CPU is short."""
-REPLIES_KEPT = 256
-"""Replies whose voice and progress are remembered across their text segments."""
 
 
 # OpenAI's voice names map onto Kokoro voices, so unmodified Realtime clients work.
@@ -83,20 +88,19 @@ class _Job(Job[tuple[np.ndarray, list[str]]]):
             self.options.terminate = True  # stops the run in progress
 
 
-class KokoroRuntime:
-    """The model and its worker threads, shared by every session."""
+class KokoroRuntime(Capacity):
+    """The model and its worker threads, shared by every session; its capacity counts
+    segments being made (beyond it a new reply speaks with another voice). At 1, a reply
+    begins with Kokoro only while nothing else waits to be made."""
 
     def __init__(self, *, workers: int = 1, threads: int = 2, capacity: int = 1, nice: int = NICE) -> None:
         import onnxruntime as ort
 
+        super().__init__(capacity)
         self._ort = ort
         # Built niced: onnxruntime's threads inherit it, so under load the listening
         # (VAD, recognition, the event loop) is served first and a reply makes way.
         self.model = built_at(nice, lambda: KokoroModel(threads=threads), "kokoro-load")
-        self.capacity = capacity
-        """Replies that can be made at once in real time; more speak with another voice."""
-        self.making = 0
-        """Replies with segments still to make."""
         self.pool: SynthesisPool[_Job] = SynthesisPool(self._make, workers=workers, nice=nice, name="kokoro")
 
     @property
@@ -206,11 +210,11 @@ class KokoroTalker:
         if reply is not None:
             self._replies.move_to_end(request_id)
             return reply
-        reply = _Reply(neural=self.runtime.making < self.runtime.capacity)
+        reply = _Reply(neural=not self.runtime.full)
         if not reply.neural:
             self.fallbacks += 1
             log.warning(
-                "the neural voice is making %d replies (its capacity): this one speaks with eSpeak NG",
+                "the neural voice is making %d segments (its capacity): this one speaks with eSpeak NG",
                 self.runtime.making,
                 extra={"response": request_id},
             )
@@ -237,11 +241,10 @@ class KokoroTalker:
             job = _Job(
                 loop, first and index == 0, loop.create_future(), text=segments[index][1], voice=voice, speed=speed
             )
+            self.runtime.hold(job)
             self.runtime.submit(job)
             return job
 
-        self.runtime.making += 1
-        making = True
         base = 0
         job = submit(0)
         try:
@@ -249,9 +252,6 @@ class KokoroTalker:
                 assert job is not None
                 audio, clauses = await job.done
                 job = submit(index + 1)  # the next segment is made while this one plays
-                if job is None and making:
-                    self.runtime.making -= 1
-                    making = False
                 chunks = speech_chunks(
                     audio,
                     text,
@@ -270,8 +270,11 @@ class KokoroTalker:
         finally:
             if job is not None:
                 self.runtime.cancel(job)
-            if making:
-                self.runtime.making -= 1
+                self.runtime.release(job)  # no longer awaited: it no longer counts
+
+    def release(self, request_id: str) -> None:
+        """The reply is over: its voice is chosen afresh if the id ever comes again."""
+        self._replies.pop(request_id, None)
 
     async def aclose(self) -> None:
         if self._own_runtime:

@@ -75,6 +75,38 @@ class Job(PoolJob, Generic[T]):
         self.call_in_loop(put)
 
 
+class Capacity:
+    """How many pieces a voice makes at once in real time, and how many it is making now:
+    the one definition of capacity every voice with a pool uses. A piece counts from its
+    submission until its result (or its cancel) reaches the loop. A reply makes one piece
+    ahead of what plays, so it counts while that piece is being made and not while it waits
+    on its reader: a client that stopped reading holds no slot."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        """Pieces being made at once beyond which a new reply speaks with another voice."""
+        self.making = 0
+        """Pieces submitted and not yet delivered or released."""
+        self._held: set[int] = set()
+
+    @property
+    def full(self) -> bool:
+        """Whether a reply beginning now should speak with another voice."""
+        return self.making >= self.capacity
+
+    def hold(self, job: Job[Any]) -> None:
+        r"""Count ``job`` until it is delivered or :meth:`release`\ d (call before submitting)."""
+        self._held.add(id(job))
+        self.making += 1
+        job.done.add_done_callback(lambda _: self.release(job))
+
+    def release(self, job: Job[Any]) -> None:
+        """Stop counting ``job`` (its reply no longer waits for it); once only."""
+        if id(job) in self._held:
+            self._held.discard(id(job))
+            self.making -= 1
+
+
 J = TypeVar("J", bound=PoolJob)
 
 

@@ -243,6 +243,9 @@ class CodecTalker:
     def voices(self) -> list[str]:
         return list(self.layout.voices) or [self.layout.default_voice]
 
+    def release(self, request_id: str) -> None:
+        """Nothing is kept across a reply's segments."""
+
     def resolve_voice(self, voice: str | None) -> str:
         """OpenAI's voice names (and none) speak with the layout's default voice."""
         if not voice or is_openai_voice(voice):
