@@ -25,7 +25,7 @@ from duplex.app.harness.servers import serving
 from duplex.pipeline.backends import Backends
 from duplex.pipeline.talker import TalkerError
 from duplex.pipeline.thinker import NOT_UNDERSTOOD
-from tests.util import stage_tasks, until, ws_url
+from tests.util import gate, stage_tasks, until, ws_url
 
 LONG = " ".join(f"This is sentence number {i} of a long reply." for i in range(20))
 
@@ -211,6 +211,25 @@ async def test_a_client_that_stops_reading_a_paced_reply_is_closed_soon_after(ma
     ws.transport.abort()
 
 
+async def test_a_sync_waiting_on_a_long_unpaced_reply_still_hears_the_user(server, talker, espeak_runtime, monkeypatch):
+    # Issue 42 #2: the answer to session.sync held the socket's reader until an unpaced
+    # reply was all made, so speech sent meanwhile was never heard (no barge-in).
+    words = await speech(talker, "wait a moment please", 24000)  # made before the voice is held
+    c = await RealtimeClient.connect(server.port)
+    await c.update(pacing={"enabled": False})
+    await c.say(LONG)
+    hold = gate(espeak_runtime.pool, monkeypatch)  # the reply's voice is slow: still being made
+    await c.send("response.create")
+    await c.until("response.created")
+    await c.send("session.sync")
+    await c.append(mix(silence(0.5), words, silence(1.0)))
+    await c.until("input_audio_buffer.speech_started")
+    assert not [e for e in c.events if e["type"] == "session.synced"], "heard before the sync was answered"
+    hold.set()
+    await c.until("session.synced")
+    await c.close()
+
+
 # -- faults -----------------------------------------------------------------------
 
 
@@ -224,6 +243,9 @@ class _Flaky:
 
     def check_voice(self, voice: str) -> None:
         self.inner.check_voice(voice)
+
+    def release(self, request_id: str) -> None:
+        self.inner.release(request_id)
 
     async def speak(self, request):
         n = 0

@@ -6,6 +6,10 @@ carries out what it returns: server events are rendered by the connection's
 stages in the connection's TaskGroup with a paced sink; :class:`CancelReply`
 retires the reply's epoch and waits for its tasks to end before anything after it
 is sent, so no audio of a cancelled reply can follow its ``response.done``.
+
+Why this module is long: every action the session returns is carried out here, in one
+TaskGroup and one send order (a cancel before what follows it, a sync after what came
+before it); split, that order would be kept by several files at once.
 """
 
 from __future__ import annotations
@@ -107,6 +111,7 @@ class Connection:
         self._hearing: set[asyncio.Task[None]] = set()  # recognitions and end-of-turn questions
         self._waiting: WaitingJobs[Transcribe | PredictTurn] = WaitingJobs(self.session.turn_taking.still_wanted)
         self._tg: asyncio.TaskGroup | None = None
+        self._syncing: asyncio.Task[None] | None = None  # the last session.sync's answer
         session = self.session
         self.replies = Replying(
             ReplyingContext(
@@ -241,9 +246,8 @@ class Connection:
             elif isinstance(out, DropPrepared):
                 self.replies.drop_prepared()
             elif isinstance(out, Sync):
-                await self._settle()
                 if sending:
-                    await self.send(self.session.synced(out.event_id))
+                    self._answer_sync(out)
             elif sending:
                 await self.send([out])
 
@@ -288,6 +292,21 @@ class Connection:
                     self.ws.drop(f"a send waited {self.server.config.stall_timeout_s:g} s")
                     raise ConnectionClosed(None, None) from None
                 self.server.metrics.inc("duplex_bytes_out_total", len(frame))
+
+    def _answer_sync(self, sync: Sync) -> None:
+        """Answer ``session.sync`` once settled, in order, without holding up the reader:
+        while a long reply is made the client can still talk over it (and be heard), and
+        its pings are still answered."""
+        before = self._syncing
+
+        async def answer() -> None:
+            if before is not None:
+                await asyncio.wait({before})
+            await self._settle()
+            with contextlib.suppress(ConnectionClosed):
+                await self.send(self.session.synced(sync.event_id))
+
+        self._syncing = self.tg.create_task(answer(), name="sync")
 
     async def _settle(self) -> None:
         """Wait until nothing more follows from what has been received: recognitions
