@@ -118,7 +118,9 @@ class MicDemo:
 
     def close_audio(self) -> None:
         if self._stream is not None:
-            self._stream.stop()
+            # Abort, not stop: stop waits for every queued buffer to play, and on a busy
+            # machine that held Ctrl-C for more than 15 s.
+            self._stream.abort()
             self._stream.close()
             self._stream = None
 
@@ -133,7 +135,7 @@ class MicDemo:
             while True:
                 try:
                     client = await RealtimeClient.open(
-                        self.url, open_timeout=5, keep=False, id_prefix="mic", expect_created=False
+                        self.url, open_timeout=5, close_timeout=2, keep=False, id_prefix="mic", expect_created=False
                     )
                     try:
                         backoff = 1.0
