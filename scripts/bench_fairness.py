@@ -282,6 +282,29 @@ async def flood_pings_read(port: int, stop: asyncio.Event) -> None:
         ws.transport.abort()
 
 
+MICS = {"refused": 0, "closed": 0}
+"""Microphone sessions the server refused at the handshake (503) or closed (1013)."""
+
+
+async def flood_mics(port: int, stop: asyncio.Event) -> None:
+    """One real-time microphone of quiet noise (-40 dBFS), 100 ms at a time."""
+    try:
+        c = await RealtimeClient.connect(port, keep=False)
+    except websockets.InvalidStatus:
+        MICS["refused"] += 1
+        return
+    chunk = noise(0.1, RATE, level=328)
+    try:
+        start, n = time.monotonic(), 0
+        while not stop.is_set():
+            await asyncio.sleep(max(0.0, start + n * 0.1 - time.monotonic()))
+            await c.append(chunk)
+            n += 1
+    except websockets.ConnectionClosed:
+        MICS["closed"] += 1
+    await c.close()
+
+
 FLOODS: dict[str, tuple[int, Callable[[int, asyncio.Event], Awaitable[None]]]] = {
     "input at 60x real time (4 sessions)": (4, flood_input),
     "pings, never reading (2 clients)": (2, flood_pings),
@@ -293,6 +316,7 @@ FLOODS: dict[str, tuple[int, Callable[[int, asyncio.Event], Awaitable[None]]]] =
     "monologues at real time (4 sessions)": (4, flood_monologue),
     "128 tools and 32 KiB of braces, reply after reply (2 sessions)": (2, flood_tools),
     "pings, reading every pong (2 clients)": (2, flood_pings_read),
+    "real-time microphones of quiet noise (120 sessions)": (120, flood_mics),
 }
 
 
@@ -329,6 +353,8 @@ async def main() -> None:
                 continue
             live = await phase(server.port, words, args.seconds, flood, n)
             await asyncio.sleep(2)  # let the server let go of the attackers
+            if flood is flood_mics:
+                name += f": {MICS['refused']} refused, {MICS['closed']} closed"
             rows.append((name, live, rss_kib(server.pid)))
             print(f"{name}: done", flush=True)
     b_rtt, b_pause, b_turn = median(base.rtt), median(base.pause), median(base.turn or [float("nan")])

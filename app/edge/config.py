@@ -69,6 +69,14 @@ class ServerConfig:
         "share of the event loop that handling client messages may take, all sessions together; each "
         "session gets an even part of it (a session streaming in real time needs under 1%%)",
     )
+    hearing_budget: float = option(
+        0.35,
+        "share of the event loop that hearing real-time microphones may take, all sessions together: "
+        "beyond it new sessions are refused (503), and beyond 1.5 times it the newest streaming one is "
+        "closed (1013)",
+    )
+    """Measured (scripts/bench_microphones.py, 2 cores): 20 microphones of quiet noise took 0.31
+    of the loop with a victim's round trip at idle; 30 took 0.54 and tripled it."""
     memory_budget_mb: int = option(
         1024, "memory sessions may add to the server; beyond it new sessions are refused (503)"
     )

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import time
 import uuid
 from collections.abc import Coroutine, Iterable
 from typing import Any, Protocol
@@ -70,6 +71,10 @@ class Host(Protocol):
         """Count an event sent to a client."""
         ...
 
+    def heard(self, conn: Connection, seconds: float, now: float) -> None:
+        """Count loop time spent hearing a session's real-time audio (it may shed one)."""
+        ...
+
 
 HEAR_SLICE_S = 0.1
 """Largest slice of audio heard at once (~3 VAD windows: a few ms of the event loop)."""
@@ -112,6 +117,9 @@ class Connection:
         self._waiting: WaitingJobs[Transcribe | PredictTurn] = WaitingJobs(self.session.turn_taking.still_wanted)
         self._tg: asyncio.TaskGroup | None = None
         self._syncing: asyncio.Task[None] | None = None  # the last session.sync's answer
+        self.opened_at = self.loop.time()
+        self.heard_at: float | None = None
+        """When real-time microphone audio was last heard (what the hearing budget counts)."""
         session = self.session
         self.replies = Replying(
             ReplyingContext(
@@ -215,7 +223,10 @@ class Connection:
         for i in range(0, len(raw), step):
             piece = raw[i : i + step]
             if self._real_time.take(session.seconds_of(piece), self.loop.time()):
+                began = time.perf_counter()
                 outputs = session.hear(piece, self.loop.time())
+                self.heard_at = self.loop.time()
+                self.server.heard(self, time.perf_counter() - began, self.heard_at)
             else:
                 await share.wait(self)
                 with share.charge(self):
@@ -292,6 +303,10 @@ class Connection:
                     self.ws.drop(f"a send waited {self.server.config.stall_timeout_s:g} s")
                     raise ConnectionClosed(None, None) from None
                 self.server.metrics.inc("duplex_bytes_out_total", len(frame))
+
+    def close_soon(self, code: int, reason: str) -> None:
+        """Close the session (its reader then ends it), without waiting here."""
+        self.tg.create_task(self.ws.close(code, reason), name="close")
 
     def _answer_sync(self, sync: Sync) -> None:
         """Answer ``session.sync`` once settled, in order, without holding up the reader:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Sequence
 from http import HTTPStatus
 from urllib.parse import parse_qs, urlsplit
@@ -34,6 +35,7 @@ from duplex.app.edge import access
 from duplex.app.edge.config import ServerConfig
 from duplex.app.edge.connection import Connection
 from duplex.app.edge.fairness import FairQueue, LoopShare
+from duplex.app.edge.hearing import HearingLoad
 from duplex.app.edge.http import (
     duplicated_header,
     head_only,
@@ -54,6 +56,9 @@ CLOSE_TIMEOUT_S = 1.0
 """How long a closing handshake may take before the connection is cut."""
 TRIM_AFTER_S = 0.5
 """How long after the last session ends its memory is handed back."""
+SHED_OVER_BUDGET = 1.5
+"""Hearing load, as a multiple of the budget, beyond which the newest streaming session
+is closed: between the budget and this, sessions already open are kept and new ones refused."""
 
 
 class DuplexServer:
@@ -65,6 +70,8 @@ class DuplexServer:
         self.metrics = Metrics()
         self.connections: set[Connection] = set()
         self.loop_share = LoopShare(self.config.loop_share)
+        budget = self.config.hearing_budget
+        self.hearing = HearingLoad(admit_below=budget, shed_above=SHED_OVER_BUDGET * budget)
         recognizer = backends.recognizer
         self.recognitions = FairQueue(recognizer.concurrency if recognizer is not None else 1)
         model = backends.turn_model
@@ -131,6 +138,25 @@ class DuplexServer:
         log.warning("refused %s: %s (%s)", where, reason, kind, extra={"session": where, "refusal": kind})
         self.metrics.inc("duplex_refusals_total", kind=kind)
 
+    def heard(self, conn: Connection, seconds: float, now: float) -> None:
+        """``conn`` took ``seconds`` of the loop hearing real-time audio. Far over the
+        budget, the newest sessions that stream go (``conn`` may be one): as many as
+        bring the load back under the budget at what each costs on average."""
+        self.hearing.add(seconds, now)
+        if not self.hearing.sheds(now):
+            return
+        streaming = sorted(
+            (c for c in self.connections if c.heard_at is not None and now - c.heard_at < 1.0),
+            key=lambda c: c.opened_at,
+        )
+        if not streaming:
+            return
+        load = self.hearing.load(now)
+        each = load / len(streaming)
+        for c in streaming[-max(1, math.ceil((load - self.hearing.admit_below) / each)) :]:
+            self.refuse(c, "hearing", f"hearing microphones took {load:.0%} of the loop: the newest go")
+            c.close_soon(1013, "the server cannot hear this many microphones in real time; try again later")
+
     def _dropped(self, ws: GuardedConnection, kind: str, reason: str) -> None:
         conn = next((c for c in self.connections if c.ws is ws), None)
         self.refuse(conn or _peer(ws), kind, reason)
@@ -156,7 +182,9 @@ class DuplexServer:
         m = self.metrics
         m.set("duplex_sessions", len(self.connections))
         m.set("duplex_tasks", len(asyncio.all_tasks()))
-        m.set("duplex_loop_share_sessions", self.loop_share.counted(asyncio.get_running_loop().time()))
+        now = asyncio.get_running_loop().time()
+        m.set("duplex_loop_share_sessions", self.loop_share.counted(now))
+        m.set("duplex_hearing_load", round(self.hearing.load(now), 4))
         turns = getattr(self.backends.recognizer, "turns", None)  # a recogniser with models to choose from
         for model, n in (turns or {}).items():
             m.labelled[("duplex_turn_transcripts_total", "model", model)] = n
@@ -196,6 +224,17 @@ class DuplexServer:
             if len(self.connections) >= cfg.max_sessions:
                 self.refuse(peer, "capacity", f"{cfg.max_sessions} sessions already")
                 return text_response(HTTPStatus.SERVICE_UNAVAILABLE, "too many sessions")
+            now = asyncio.get_running_loop().time()
+            if not self.hearing.admits(now):
+                load = self.hearing.load(now)
+                self.refuse(
+                    peer,
+                    "hearing",
+                    f"hearing microphones takes {load:.0%} of the loop (budget {cfg.hearing_budget:.0%})",
+                )
+                return text_response(
+                    HTTPStatus.SERVICE_UNAVAILABLE, "the server is hearing as many microphones as it can in real time"
+                )
             added = (rss_bytes() - self._base_rss) // (1024 * 1024)
             if added >= cfg.memory_budget_mb:
                 self.refuse(peer, "memory", f"sessions hold {added} MiB (budget {cfg.memory_budget_mb} MiB)")
