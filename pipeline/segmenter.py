@@ -1,13 +1,36 @@
 """Cutting a reply's text stream into pieces worth speaking.
 
-The first piece ends at the first clause boundary, so speech starts long before the
-model has finished; later ones at sentence ends, so the voice flows.
+The first pieces end at clause boundaries, so speech starts long before the model has
+finished and stays ahead of it; later ones at sentence ends, so the voice flows. When the model
+writes well ahead of the voice, the first piece is only its first few words (the
+voices make those alone anyway) and the next one ends at the clause boundary: the
+listener waits for three words, not a clause, and the clause is written while they
+play. A model that writes slower than that would run dry after so few words, so it
+waits for the clause.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+
+FIRST_WORDS = 3
+"""Words a fast model's first piece may be (the voices make a reply's first three
+words alone: ``pipeline.talkers.segments.FIRST_WORDS``)."""
+VOICE_WORDS_PER_S = 3.1
+"""How fast the voice speaks (hibari at speed 1 said six sentences at 2.8–3.5 words a
+second, median 3.1)."""
+CLAUSE_WORDS = 12
+"""Segments end at clauses, not sentences, until this many words are out (~4 s of
+speech): each is soon written, so what plays stays ahead of a model that has only just
+begun (a long second sentence ran a reply dry for 220 ms)."""
+MARGIN_S = 0.5
+"""Once what is queued to play would run out within this, the words written so far go at
+once, whether or not their clause is complete (a long clause after the first words ran
+a reply dry for half a second)."""
+AHEAD = 2.0
+"""How many times faster than the voice the model must write for its first words to go
+alone: the rest of the clause is then written before those words have been heard."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,45 +43,62 @@ class Segment:
 
 _CLAUSE = re.compile(r"[,;:.!?](?=\s)|[.!?]$")
 _SENTENCE = re.compile(r"[.!?;](?=\s)")
+_WORD_END = re.compile(r"\S(?=\s)")
 
 
 class Segmenter:
     """Cuts a stream of text deltas into segments worth speaking.
 
-    The first segment ends at the first clause boundary (or a space before
-    ``first_max`` characters), so the talker starts early; later ones at sentence
-    ends (or a space before ``max_chars``), so the voice flows. Linear in the text:
-    each cut looks only at the next ``max_chars`` characters, and consumed text is
-    dropped from the buffer in halves, never re-sliced per segment.
+    The first segments end at clause boundaries (or a space before ``first_max``
+    characters) until ``CLAUSE_WORDS`` words are out, so the talker starts early and
+    stays ahead; later ones at sentence ends (or a space before ``max_chars``), so the
+    voice flows. While the first clause
+    is still being written, its first ``first_words`` words go alone if the text came
+    at least ``ahead`` times as fast as the voice speaks (``feed``'s ``now`` says when);
+    the clause's rest is then the next segment. And whenever what has been cut would
+    have been said (at the voice's pace) within ``MARGIN_S``, the words written so far
+    go, clause or not. Linear in the text: each cut looks
+    only at the next ``max_chars`` characters, and consumed text is dropped from the
+    buffer in halves, never re-sliced per segment.
     """
 
-    def __init__(self, *, first_max: int = 48, max_chars: int = 240) -> None:
+    def __init__(
+        self, *, first_max: int = 48, max_chars: int = 240, first_words: int = FIRST_WORDS, ahead: float = AHEAD
+    ) -> None:
         self.first_max = first_max
         self.max_chars = max_chars
+        self.first_words = first_words
+        self.ahead = ahead
         self._buffer = ""
         self._pos = 0  # start of the text not yet cut, in the buffer
         self._offset = 0  # reply offset of self._buffer[0]
         self._count = 0
+        self._words_out = 0  # words in the segments cut so far
+        self._began: float | None = None  # when the first text came
+        self._queued_until: float | None = None  # when what has been cut will have been said
 
-    def feed(self, delta: str) -> list[Segment]:
-        """Segments that ``delta`` completes."""
+    def feed(self, delta: str, now: float = 0.0) -> list[Segment]:
+        """Segments that ``delta``, arriving at ``now`` (seconds, any origin), completes."""
         if self._pos and self._pos * 2 >= len(self._buffer):
             self._buffer = self._buffer[self._pos :]
             self._offset += self._pos
             self._pos = 0
+        if self._began is None and delta.strip():
+            self._began = now
         self._buffer += delta
         out = []
-        while (cut := self._cut()) is not None:
-            out.append(self._take(cut))
+        while (cut := self._cut(now)) is not None:
+            out.append(self._take(cut, now))
         return out
 
     def finish(self) -> list[Segment]:
         """The rest, at the end of the text."""
         return [self._take(len(self._buffer))] if self._buffer[self._pos :].strip() else []
 
-    def _cut(self) -> int | None:
+    def _cut(self, now: float) -> int | None:
         b, pos = self._buffer, self._pos
-        pattern, limit = (_CLAUSE, self.first_max) if self._count == 0 else (_SENTENCE, self.max_chars)
+        early = self._words_out < CLAUSE_WORDS
+        pattern, limit = (_CLAUSE, self.first_max) if early else (_SENTENCE, self.max_chars)
         end = min(len(b), pos + limit + 1)  # a boundary further on would make the segment too long
         m = pattern.search(b, pos, end)
         if m and (end == len(b) or m.end() < end):  # not a "$" that only matched at the window's end
@@ -66,10 +106,39 @@ class Segmenter:
         if len(b) - pos > limit:
             space = b.rfind(" ", pos, pos + limit)
             return space + 1 if space > pos else pos + limit
-        return None
+        if self._count == 0:
+            return self._first_words(now)
+        return self._before_running_dry(now)
 
-    def _take(self, cut: int) -> Segment:
+    def _before_running_dry(self, now: float) -> int | None:
+        """Where the words written so far end, if what is queued would otherwise run out
+        (once it has, two words at least: a phrase after a gap, not word by word)."""
+        if self._queued_until is None:
+            return None
+        slack = self._queued_until - now
+        if slack >= MARGIN_S:
+            return None
+        ends = [m.end() for m in _WORD_END.finditer(self._buffer, self._pos)]
+        return ends[-1] + 1 if len(ends) >= (1 if slack > 0 else 2) else None
+
+    def _first_words(self, now: float) -> int | None:
+        """Where the first words end, if they may go alone now (the model is far ahead)."""
+        if self.first_words <= 0 or self._began is None:
+            return None
+        ends = [m.end() for m in _WORD_END.finditer(self._buffer, self._pos)]
+        if len(ends) < self.first_words:
+            return None
+        elapsed = now - self._began
+        if elapsed > 0 and len(ends) / elapsed < self.ahead * VOICE_WORDS_PER_S:
+            return None
+        return ends[-1] + 1  # every complete word, and the space after the last
+
+    def _take(self, cut: int, now: float | None = None) -> Segment:
         seg = Segment(self._offset + self._pos, self._buffer[self._pos : cut])
         self._pos = cut
         self._count += 1
+        words = len(seg.text.split())
+        self._words_out += words
+        if now is not None:  # said at the voice's pace, after what is queued (or now, if that ran out)
+            self._queued_until = max(self._queued_until or now, now) + words / VOICE_WORDS_PER_S
         return seg

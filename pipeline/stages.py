@@ -222,7 +222,7 @@ class ReplyStages:
                                 await put(segment)
                             await self.text_queue.put(seq.event("tool", delta, self.watermark()))
                             continue
-                        for segment in segmenter.feed(delta):
+                        for segment in segmenter.feed(delta, st.since()):
                             await put(segment)
                 for segment in segmenter.finish():
                     await put(segment)

@@ -104,7 +104,7 @@ async def run(
             else:
                 ok = passes(turn, text)
                 if text:  # how many words the voice waits for before it can start
-                    seg = Segmenter()
+                    seg = Segmenter(first_words=0)  # the first clause, as a slow model would have it
                     first = seg.feed(text + " ") or seg.finish()
                     clause.append(len((first[0].text if first else text).split()))
             messages.append({"role": "assistant", "content": text})

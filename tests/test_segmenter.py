@@ -1,0 +1,111 @@
+"""Cutting a reply's text into spoken pieces: the first words alone when the model is far
+ahead of the voice, the first clause when it is not, sentences after; driven on a clock
+given by the test."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from duplex.pipeline.segmenter import AHEAD, VOICE_WORDS_PER_S, Segment, Segmenter
+
+TEXT = "The capital of Japan is Tokyo, a city of fourteen million people. It is very large."
+
+
+def tokens(text: str) -> list[str]:
+    """The text as a model streams it: a word (with its leading space) at a time."""
+    return re.findall(r"\s*\S+", text)
+
+
+def cut(text: str, seconds_per_token: float, **kwargs: object) -> list[Segment]:
+    seg = Segmenter(**kwargs)  # type: ignore[arg-type]
+    out: list[Segment] = []
+    for i, token in enumerate(tokens(text)):
+        out += seg.feed(token, 10.0 + i * seconds_per_token)  # any origin
+    return out + seg.finish()
+
+
+def whole(segments: list[Segment], text: str) -> None:
+    assert "".join(s.text for s in segments) == text
+    assert all(text[s.offset : s.offset + len(s.text)] == s.text for s in segments)
+
+
+def test_a_model_far_ahead_of_the_voice_has_its_first_words_spoken_alone():
+    fast = 1 / (3 * AHEAD * VOICE_WORDS_PER_S)  # three times the pace needed
+    segments = cut(TEXT, fast)
+    assert [s.text for s in segments] == [
+        "The capital of ",
+        "Japan is Tokyo,",
+        " a city of fourteen million people.",
+        " It is very large.",
+    ]
+    whole(segments, TEXT)
+
+
+def test_clauses_until_twelve_words_are_out_then_sentences():
+    text = (
+        "Well, to boil an egg, you put it in water, bring it to a boil, and wait for six minutes, "
+        "then you cool it in cold water, peel it, and eat it while it is warm. Enjoy it."
+    )
+    seg = Segmenter()
+    segments = seg.feed(text) + seg.finish()  # written at once
+    said = [s.text for s in segments]
+    assert said[:4] == ["Well,", " to boil an egg,", " you put it in water,", " bring it to a boil,"]  # 15 words
+    assert said[4:] == [
+        " and wait for six minutes, then you cool it in cold water, peel it, and eat it while it is warm.",
+        " Enjoy it.",
+    ]
+    whole(segments, text)
+
+
+def test_a_model_slower_than_that_waits_for_the_first_clause():
+    slow = 1 / (0.5 * AHEAD * VOICE_WORDS_PER_S)  # half the pace needed: three words would run dry
+    segments = cut(TEXT, slow)
+    assert segments[0].text == "The capital of Japan is Tokyo,"
+    whole(segments, TEXT)
+
+
+def test_the_words_written_go_before_what_plays_runs_out():
+    # "You should boil " goes alone (fast), then the clause is long: at twice the voice's
+    # pace its words would come 0.6 s after the first three had been said.
+    text = "You should boil an egg for about seven minutes for a soft yolk. Enjoy."
+    pace = 1 / (2.2 * VOICE_WORDS_PER_S)
+    segments = cut(text, pace)
+    assert segments[0].text == "You should boil "
+    assert segments[1].text.startswith("an egg") and not segments[1].text.endswith("yolk.")
+    whole(segments, text)
+    seg, t, queued = Segmenter(), 10.0, 0.0
+    for i, token in enumerate(tokens(text)):
+        t = 10.0 + i * pace
+        for s in seg.feed(token, t):
+            queued = max(queued, t) + len(s.text.split()) / VOICE_WORDS_PER_S
+        assert queued == 0.0 or queued - t > -1e-9 or i < 3, "what plays never ran out while words waited"
+
+
+def test_a_model_slower_than_the_voice_is_spoken_in_phrases_not_word_by_word():
+    segments = cut(TEXT, 1.0)
+    assert all(len(s.text.split()) >= 2 for s in segments[1:-1]), [s.text for s in segments]
+    whole(segments, TEXT)
+
+
+@pytest.mark.parametrize("pace", [0.0, 0.01, 1.0])
+def test_a_clause_shorter_than_three_words_goes_first_whatever_the_pace(pace: float):
+    text = "Sure, I can help with that. Here it is."
+    segments = cut(text, pace)
+    assert segments[0].text == "Sure,"
+    whole(segments, text)
+
+
+def test_a_clause_already_written_goes_whole_and_first_words_can_be_turned_off():
+    seg = Segmenter()  # (the voices make its first words alone anyway)
+    assert seg.feed(TEXT + " ")[0].text == "The capital of Japan is Tokyo,"
+    fast = 1 / (3 * AHEAD * VOICE_WORDS_PER_S)
+    assert cut(TEXT, fast, first_words=0)[0].text == "The capital of Japan is Tokyo,"
+
+
+def test_a_first_clause_past_its_bound_is_cut_at_a_space():
+    text = "Supercalifragilistic expialidocious antidisestablishmentarianism floccinaucinihilipilification, yes."
+    segments = cut(text, 1.0)  # slow: no first words alone
+    assert len(segments[0].text) <= 48 and segments[0].text.endswith(" ")
+    whole(segments, text)
