@@ -12,6 +12,7 @@ import os
 import signal
 import struct
 
+import numpy as np
 import pytest
 import websockets
 
@@ -205,6 +206,24 @@ async def test_new_sessions_are_refused_when_the_memory_budget_is_spent(make_ser
         await websockets.connect(ws_url(server.port))
     assert info.value.response.status_code == 503
     assert 'duplex_refusals_total{kind="memory"} 1' in server.metrics_text()
+
+
+async def test_memory_kept_with_no_session_is_not_counted_against_the_next_ones(make_server):
+    # Issue 42 #8: after attacks the allocator and the models kept their high-water marks
+    # with nobody connected, and admission counted them as spent by sessions.
+    server = await make_server(memory_budget_mb=64)
+    a = await RealtimeClient.connect(server.port)
+    kept = np.ones(160 * 1024 * 1024 // 8)  # 160 MiB the server process keeps, as a high-water mark would
+    await a.close()
+    await until(lambda: server.idle_trims == 1, 30, what="the server idle and trimmed")
+    b = await RealtimeClient.connect(server.port)  # refused before: 160 MiB counted against 64
+    more = np.ones(96 * 1024 * 1024 // 8)  # while b is open, memory added counts
+    with pytest.raises(websockets.InvalidStatus) as info:
+        await websockets.connect(ws_url(server.port))
+    assert info.value.response.status_code == 503
+    assert 'duplex_refusals_total{kind="memory"} 1' in server.metrics_text()
+    await b.close()
+    del kept, more
 
 
 # -- 5: the conversation is bounded ------------------------------------------------------------

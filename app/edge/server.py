@@ -78,7 +78,10 @@ class DuplexServer:
         self.turn_questions = FairQueue(model.concurrency if model is not None else 1)
         """End-of-turn questions, round-robin across sessions on the model's workers."""
         self._server: Server | None = None
-        self._base_rss = 0
+        self._base_rss = self._start_rss = 0
+        """RSS with no session: at start, then after each time the last session left."""
+        self.idle_trims = 0
+        """Times the server went idle and gave memory back."""
 
     @property
     def port(self) -> int:
@@ -87,7 +90,7 @@ class DuplexServer:
 
     async def start(self) -> None:
         cfg = self.config
-        self._base_rss = rss_bytes()
+        self._base_rss = self._start_rss = rss_bytes()
         self._server = await websockets.serve(
             self._handle,
             cfg.host,
@@ -272,6 +275,14 @@ class DuplexServer:
     def _trim_if_idle(self) -> None:
         if not self.connections:
             release_idle_memory()
+            # What is still held with nobody connected is the server's (the allocator's and
+            # the models' high-water marks, kept to be used again), not any session's: the
+            # memory budget counts what sessions add on top of it.
+            idle = rss_bytes()
+            if idle > self._base_rss:
+                log.info("memory held with no session: %d MiB over the start", (idle - self._start_rss) >> 20)
+            self._base_rss = idle
+            self.idle_trims += 1
 
 
 def _peer(connection: ServerConnection) -> str:
