@@ -62,6 +62,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "test_openai_http",
         "test_openai_voices",
         "test_recognition",
+        "test_segmenter",
         "test_stream",
         "test_talker_pool",
         "test_vad",
@@ -86,6 +87,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "test_fairness",
         "test_fuzz_http",
         "test_hardening",
+        "test_hearing_budget",
         "test_resources",
     ),
     # Duplex's own clients and the official SDK.

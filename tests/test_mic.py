@@ -11,12 +11,14 @@ with the reason printed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -145,6 +147,8 @@ async def _start_demo(url: str, jack_name: str) -> tuple[asyncio.subprocess.Proc
     """The real `duplex mic` as a subprocess, its output lines collected as they come."""
     demo = await asyncio.create_subprocess_exec(
         sys.executable,
+        "-X",
+        "faulthandler",  # a demo that hangs at exit says where (SIGABRT below)
         "-m",
         "duplex.app",
         "mic",
@@ -176,8 +180,14 @@ async def _stop_demo(demo: asyncio.subprocess.Process, reader: asyncio.Task) -> 
     try:
         code: int | None = await asyncio.wait_for(demo.wait(), 15)
     except TimeoutError:
-        demo.kill()
-        await demo.wait()
+        with contextlib.suppress(OSError):  # how the demo's signals stood
+            print(Path(f"/proc/{demo.pid}/status").read_text(), file=sys.stderr)
+        demo.send_signal(signal.SIGABRT)  # faulthandler prints every thread's stack
+        try:
+            await asyncio.wait_for(demo.wait(), 5)
+        except TimeoutError:
+            demo.kill()
+            await demo.wait()
         code = None
     await reader
     return code

@@ -65,6 +65,10 @@ def mic(args: argparse.Namespace) -> int:
         def device(value: str | None) -> str | int | None:
             return int(value) if value is not None and value.isdigit() else value
 
+        # Ctrl-C must stop the demo even when its parent left SIGINT ignored or blocked
+        # (both are inherited): a demo that cannot be stopped is worse than none.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         demo = MicDemo(
             args.url,
             input_device=device(args.input),
