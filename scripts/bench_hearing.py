@@ -58,11 +58,15 @@ from duplex.pipeline.detectors.silero_vad import SileroVad
 
 RATE = 24000
 LEAD_S = 0.5
+THINKER = "echo"
+"""The thinker of the server being measured (``--thinker``)."""
 CONDITIONS = ("clean", "babble10", "tel", "low", "music10", "loud")
 REPLY = (
     "This is a reply that goes on for a while, sentence after sentence. It tells you about the weather, "
     "the time, and many other things that you may or may not want to hear about today."
 )
+ASK_LONG = "Tell me a long story about a friendly dragon, in at least six sentences."
+"""What a thinker other than the echo is asked, for a reply long enough to be talked over."""
 
 
 @dataclass
@@ -141,10 +145,11 @@ async def until(sim: SimulatedClient, done: Callable[[], bool], limit_s: float) 
 
 async def start_reply(sim: SimulatedClient) -> str:
     """A long reply to a typed message, heard for 1.5 s; returns its response id."""
-    item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": REPLY}]}
+    text = REPLY if THINKER == "echo" else ASK_LONG
+    item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
     await sim.send("conversation.item.create", item=item)
     await sim.send("response.create")
-    await until(sim, lambda: bool(sim.of_type("response.output_audio.delta")), 10)
+    await until(sim, lambda: bool(sim.of_type("response.output_audio.delta")), 20)
     rid = str(sim.of_type("response.output_audio.delta")[0].event["response_id"])
     await until(sim, lambda: sim.heard[rid].played >= 1.5 * RATE, 10)
     return rid
@@ -440,12 +445,13 @@ async def main() -> None:
         help="also: VAD onset and CPU in process (the barge-in baseline), coughs and clicks over a reply, stale audio",
     )
     args = ap.parse_args()
-    global FAST
+    global FAST, THINKER
     FAST = args.fast
     results: dict[str, Tally] = {}
     for talker, asr, thinker in itertools.product(
         args.talker or [None], args.asr_model or [None], args.thinker or ["echo"]
     ):
+        THINKER = thinker
         server = ServerProcess(
             *(("--talker", talker) if talker else ()),
             *(("--asr-model", asr) if asr else ()),
