@@ -58,6 +58,8 @@ async def test_far_beyond_it_the_newest_streaming_session_is_closed(make_server)
     server = await make_server(hearing_budget=1e-9)
     older = await RealtimeClient.connect(server.port)
     newer = await RealtimeClient.connect(server.port)
+    await stream(older, 0.3)  # alone, it is kept however much it costs
+    await until(lambda: server.hearing.load(asyncio.get_running_loop().time()) > 0, what="hearing measured")
     await stream(newer, 0.3)
     with pytest.raises(websockets.ConnectionClosed) as info:
         async with asyncio.timeout(30):
@@ -65,6 +67,6 @@ async def test_far_beyond_it_the_newest_streaming_session_is_closed(make_server)
                 await newer.recv()
     assert info.value.rcvd is not None and info.value.rcvd.code == 1013
     assert "microphones" in info.value.rcvd.reason
-    # The older one did not stream: it stays, and is served.
+    # The oldest one streaming stays, and is served.
     await older.say("still here")
     await older.close()

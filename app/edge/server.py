@@ -144,19 +144,21 @@ class DuplexServer:
     def heard(self, conn: Connection, seconds: float, now: float) -> None:
         """``conn`` took ``seconds`` of the loop hearing real-time audio. Far over the
         budget, the newest sessions that stream go (``conn`` may be one): as many as
-        bring the load back under the budget at what each costs on average."""
+        bring the load back under the budget at what each costs on average, never the
+        oldest (a lone microphone on a busy machine is heard as well as it can be)."""
         self.hearing.add(seconds, now)
-        if not self.hearing.sheds(now):
+        if self.hearing.load(now) <= self.hearing.shed_above:
             return
         streaming = sorted(
             (c for c in self.connections if c.heard_at is not None and now - c.heard_at < 1.0),
             key=lambda c: c.opened_at,
         )
-        if not streaming:
+        if len(streaming) < 2 or not self.hearing.sheds(now):
             return
         load = self.hearing.load(now)
         each = load / len(streaming)
-        for c in streaming[-max(1, math.ceil((load - self.hearing.admit_below) / each)) :]:
+        shed = min(len(streaming) - 1, max(1, math.ceil((load - self.hearing.admit_below) / each)))
+        for c in streaming[-shed:]:
             self.refuse(c, "hearing", f"hearing microphones took {load:.0%} of the loop: the newest go")
             c.close_soon(1013, "the server cannot hear this many microphones in real time; try again later")
 
