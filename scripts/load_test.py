@@ -178,6 +178,7 @@ async def main() -> None:
         "--thinker", default="echo", help="duplex serve --thinker (the echo by default: the server measured)"
     )
     ap.add_argument("--asr-model", help="duplex serve --asr-model (default: the server's default recogniser)")
+    ap.add_argument("--quiet", type=float, default=60.0, help="seconds with nobody connected before the last RSS")
     args = ap.parse_args()
     audio = voices()
     alone = duck_alone(audio)
@@ -222,6 +223,8 @@ async def main() -> None:
         cpu = [(b - a) / wall for a, b in zip(cpu0, cpu1, strict=True)]
         worker_rss = sum(rss_kib(w) for w in workers)
         models = {m: n - models0.get(m, 0) for m, n in turn_models(server).items()}
+        await asyncio.sleep(args.quiet)  # what the server keeps once nobody has come for a while
+        quiet_rss = rss_kib(pid)
     finally:
         server.stop()
     rounds = f"{args.rounds} rounds of {args.seconds:.0f} s" if args.rounds > 1 else f"{args.seconds:.0f} s"
@@ -266,6 +269,7 @@ async def main() -> None:
         f"| server RSS: baseline / peak / after each round | {base_rss // 1024} / {peak['rss'] // 1024} "
         f"/ {rss_after} MiB |"
     )
+    print(f"| server RSS after {args.quiet:.0f} s with nobody connected | {quiet_rss // 1024} MiB |")
     print(
         f"| server tasks: baseline / peak / after each round | {base_tasks} / {peak['tasks']} / "
         f"{' / '.join(str(t) for _, t in after)} |"

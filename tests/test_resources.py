@@ -88,12 +88,18 @@ async def _hear(server: ServerProcess) -> None:
         await c.close()
 
 
+def _trimmed(server: ServerProcess) -> bool:
+    found = re.search(r"^duplex_idle_trimmed (\S+)", server.http("/metrics").decode(), re.M)
+    assert found is not None
+    return float(found.group(1)) == 1
+
+
 async def _settled(server: ServerProcess) -> None:
-    """Until the server has let every session go (and trimmed its heap after them)."""
+    """Until the server has let every session go and given back what they used (the
+    models' arenas shrunk, the heap trimmed: it says so in /metrics)."""
     async with asyncio.timeout(30):
-        while await asyncio.to_thread(_sessions, server):
+        while await asyncio.to_thread(_sessions, server) or not await asyncio.to_thread(_trimmed, server):
             await asyncio.sleep(0.05)
-    await asyncio.sleep(1.0)  # the heap is trimmed half a second after the last session
 
 
 async def _back(server: ServerProcess, rss0: int, tasks0: int, slack: int = SLACK_KIB) -> None:
@@ -215,3 +221,34 @@ async def test_a_pause_storm_through_semantic_vad(served):
     peak = await _storm(server)
     assert peak - tasks0 <= 16
     await _back(server, rss1, tasks0, slack=STORM_SLACK_KIB)
+
+
+STORY = (
+    "Once upon a time a small dragon lived on a hill above the sea, and every morning it counted "
+    "the boats that came in with the tide, one by one, until the sun stood high over the harbour."
+)
+
+
+async def test_the_voices_give_back_what_their_longest_replies_needed():
+    # Issue 42 #8: onnxruntime's arenas (hibari, Kokoro, Smart Turn) kept what their runs
+    # at once had needed, with nobody connected: a high-water mark held for good.
+    server = ServerProcess("--thinker", "echo")
+    await asyncio.to_thread(server.start)
+    try:
+
+        async def reply(voice: str, text: str) -> None:
+            c = await RealtimeClient.connect(server.port)
+            await c.update(voice=voice, pacing={"enabled": False})
+            await c.say(text)
+            await c.send("response.create")
+            await c.until("response.done")
+            await c.close()
+
+        for voice in ("alloy", "cedar"):  # each voice's first use sets up what it keeps for good
+            await reply(voice, "Hello there.")
+        await _settled(server)
+        rss0, tasks0 = rss_kib(server.pid), await asyncio.to_thread(_tasks, server)
+        await asyncio.gather(*(reply(v, STORY) for v in ("alloy", "cedar", "alloy", "marin", "alloy")))
+        await _back(server, rss0, tasks0)
+    finally:
+        server.stop()

@@ -81,6 +81,9 @@ class DuplexServer:
         self._base_rss = self._start_rss = 0
         """RSS with no session: at start, then after each time the last session left."""
         self.idle_trims = 0
+        self._trimming: asyncio.Task[None] | None = None
+        self.trimmed = True
+        """No session has opened since memory was last given back (nor since the start)."""
         """Times the server went idle and gave memory back."""
 
     @property
@@ -130,6 +133,8 @@ class DuplexServer:
         """Stop accepting; close every session with a close frame."""
         if self._server is not None:
             self._server.close()
+        if self._trimming is not None:
+            self._trimming.cancel()
 
     async def wait_closed(self) -> None:
         if self._server is not None:
@@ -190,6 +195,8 @@ class DuplexServer:
         now = asyncio.get_running_loop().time()
         m.set("duplex_loop_share_sessions", self.loop_share.counted(now))
         m.set("duplex_hearing_load", round(self.hearing.load(now), 4))
+        m.set("duplex_idle_trims", self.idle_trims)
+        m.set("duplex_idle_trimmed", int(self.trimmed))
         turns = getattr(self.backends.recognizer, "turns", None)  # a recogniser with models to choose from
         for model, n in (turns or {}).items():
             m.labelled[("duplex_turn_transcripts_total", "model", model)] = n
@@ -260,6 +267,7 @@ class DuplexServer:
         extensions = query.get("duplex", ["0"])[-1] not in ("", "0", "false")  # the client asks: ?duplex=1
         conn = Connection(self, ws, BETA if beta else GA, extensions=extensions)
         self.connections.add(conn)
+        self.trimmed = False
         self.metrics.inc("duplex_sessions_total")
         log.info("session opened", extra={"session": conn.session.id})
         try:
@@ -272,19 +280,31 @@ class DuplexServer:
             if not self.connections:
                 # The last one out: what a burst of sessions held goes back, once the
                 # WebSocket layer has let go of this connection too (not while it still holds it).
-                asyncio.get_running_loop().call_later(TRIM_AFTER_S, self._trim_if_idle)
+                asyncio.get_running_loop().call_later(TRIM_AFTER_S, self._trim_soon)
 
-    def _trim_if_idle(self) -> None:
-        if not self.connections:
-            release_idle_memory()
-            # What is still held with nobody connected is the server's (the allocator's and
-            # the models' high-water marks, kept to be used again), not any session's: the
-            # memory budget counts what sessions add on top of it.
-            idle = rss_bytes()
-            if idle > self._base_rss:
-                log.info("memory held with no session: %d MiB over the start", (idle - self._start_rss) >> 20)
-            self._base_rss = idle
-            self.idle_trims += 1
+    def _trim_soon(self) -> None:
+        if not self.connections and (self._trimming is None or self._trimming.done()):
+            self._trimming = asyncio.create_task(self._trim_if_idle(), name="idle-trim")
+
+    async def _trim_if_idle(self) -> None:
+        """With nobody connected: the models' arenas shrunk, reference cycles collected,
+        the heap trimmed, and what is left taken as the server's own."""
+        try:
+            await self.backends.shrink()
+        except Exception:  # a model that cannot shrink keeps its memory; nothing else changes
+            log.exception("shrinking the models' memory failed")
+        if self.connections:
+            return  # someone came meanwhile: what they hold is theirs, measured from the last baseline
+        release_idle_memory()
+        # What is still held with nobody connected is the server's (the allocator's
+        # high-water marks, kept to be used again), not any session's: the memory budget
+        # counts what sessions add on top of it.
+        idle = rss_bytes()
+        if idle > self._base_rss:
+            log.info("memory held with no session: %d MiB over the start", (idle - self._start_rss) >> 20)
+        self._base_rss = idle
+        self.idle_trims += 1
+        self.trimmed = not self.connections
 
 
 def _peer(connection: ServerConnection) -> str:

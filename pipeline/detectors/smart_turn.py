@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import soxr
 
+from duplex.pipeline.arena import shrinking
 from duplex.pipeline.log_mel import HOP, RATE, log_mel
 from duplex.pipeline.weights import AssetFile
 
@@ -69,6 +70,13 @@ class SmartTurn:
         features = log_mel(x, n // HOP, normalize=True)[None]
         out = self._session.run(None, {"input_features": features})
         return float(np.asarray(out[0]).reshape(-1)[0])
+
+    def shrink(self) -> None:
+        """Give back the arena's unused memory (one run on silence)."""
+        if self._session is not None:
+            n = SECONDS * RATE
+            features = log_mel(np.zeros(n, np.float32), n // HOP, normalize=True)[None]
+            self._session.run(None, {"input_features": features}, shrinking())
 
     async def complete(self, pcm: np.ndarray, rate: int) -> float:
         loop = asyncio.get_running_loop()

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
 
+from duplex.pipeline.arena import shrinking
 from duplex.pipeline.talker import (
     DEFAULT_VOICE,
     OPENAI_VOICES,
@@ -125,6 +126,13 @@ class HibariModel:
         ids = self.tts.ids(phonemes)
         return np.asarray(self.tts.from_ids(ids, speed, np.random.default_rng(0)), np.float32)
 
+    def shrink(self) -> None:
+        """Give back the arena's unused memory: one run of a full stop, on the package's
+        own session (its ``from_ids`` takes no run options)."""
+        ids = self.tts.ids(self.phonemize("."))
+        feed = {"ids": np.asarray([ids], np.int64), "speed": np.asarray([1.0], np.float32)}
+        self.tts.sess.run(None, feed, shrinking())
+
 
 def head_first(pieces: list[tuple[int, str]]) -> list[tuple[int, str]]:
     """A reply's first piece made in two: its first few words alone, then the rest. The
@@ -166,6 +174,9 @@ class HibariRuntime(Capacity):
     def warm(self) -> None:
         """One short synthesis: the first real one does not pay for set-up."""
         self.model.make(self.model.phonemize("Hello there."), 1.0)
+
+    def shrink(self) -> None:
+        self.model.shrink()
 
     def close(self) -> None:
         self.pool.close()
@@ -329,6 +340,12 @@ class HibariTalker:
         self._replies.pop(request_id, None)
         if self.kokoro is not None:
             self.kokoro.release(request_id)
+
+    def shrink(self) -> None:
+        """Give back what the voices' arenas hold beyond the runs in progress."""
+        self.runtime.shrink()
+        if self.kokoro is not None:
+            self.kokoro.shrink()
 
     async def aclose(self) -> None:
         if self._own_runtime:

@@ -135,6 +135,9 @@ class KokoroRuntime(Capacity):
         """One short synthesis: the first real one does not pay for set-up."""
         self.model.run(self.model.tokens(espeak.phonemize("Hello.")), VOICES[0], 1.0)
 
+    def shrink(self) -> None:
+        self.model.shrink()
+
     def close(self) -> None:
         self.pool.close()
 
@@ -275,6 +278,10 @@ class KokoroTalker:
     def release(self, request_id: str) -> None:
         """The reply is over: its voice is chosen afresh if the id ever comes again."""
         self._replies.pop(request_id, None)
+
+    def shrink(self) -> None:
+        """Give back what the voice's arena holds beyond the runs in progress."""
+        self.runtime.shrink()
 
     async def aclose(self) -> None:
         if self._own_runtime:

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from duplex.pipeline.arena import shrinking
 from duplex.pipeline.weights import PackagedFile, WeightsError
 
 MAX_TOKENS = 510
@@ -103,3 +104,7 @@ class KokoroModel:
             "speed": np.array([speed], np.float32),
         }
         return np.asarray(self.session.run(None, feed, options)[0], np.float32).ravel()
+
+    def shrink(self) -> None:
+        """Give back the arena's unused memory (one run of a single token)."""
+        self.run(self.tokens(["."])[:1], VOICES[0], 1.0, shrinking())
