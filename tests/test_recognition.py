@@ -15,7 +15,6 @@ import pytest
 from duplex.app.edge.memory import release_free_heap, rss_bytes
 from duplex.app.harness.voices import load_corpus, variant, wer
 from duplex.pipeline.recognizers.tiered import BUSY, FITS_MS, WINDOW_S, Load, TieredWhisper, cores
-from duplex.pipeline.log_mel import RATE
 from duplex.pipeline.recognizers.whisper import MODELS, WhisperRecognizer, drop_echoes
 from duplex.pipeline.weights import WeightsError
 
