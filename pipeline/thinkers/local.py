@@ -75,9 +75,12 @@ PROMPT_CACHE_MIB = 256
 """Memory for the prompts of slots taken over (a conversation that comes back is restored):
 llama.cpp's default, 8 GiB, grew the server ~10 MB a conversation. This holds ~20 of 500 tokens."""
 
-NICE = 5
-"""llama.cpp's threads make way for listening (Whisper, Smart Turn, the event loop) and the
-voice when the two cores are short: hearing a barge-in must not wait for a token."""
+NICE = 0
+"""llama.cpp's threads run at the listening's priority: at nice 5 (making way for Whisper,
+Smart Turn and the voice) first audio came ~0.14 s later at the median, and at nice 0 a
+barge-in is heard as soon as with the echo thinker (`bench_hearing.py --quick`, held out,
+one run: duck 0.110 / 0.180 s both, cancel 0.66 / 0.80 against 0.58 / 0.88, live WER 0.090
+both). The voices keep theirs (they make way for listening and the model)."""
 
 
 class LocalChatThinker:
