@@ -97,6 +97,19 @@ def test_the_speech_prompt_comes_first_then_the_instructions_then_the_tools():
     assert none[0]["content"] == SPEECH_PROMPT
 
 
+def test_a_tools_result_is_read_back_greedily_and_the_session_may_still_choose():
+    # At 0.2 the model now and then answered a tool's result with "I don't know" (the
+    # Agents SDK's tool flow failed on it once in a full run).
+    thinker = LocalChatThinker(slots=1)
+    call = {"role": "assistant", "content": "", "tool_calls": [{"id": "c", "type": "function", "function": {}}]}
+    result = {"role": "tool", "tool_call_id": "c", "content": "Sunny, 21 degrees."}
+    asked = ({"role": "user", "content": "Weather in Paris?"},)
+    assert thinker.body(ThinkRequest("r", asked), 0)["temperature"] == pytest.approx(0.2)
+    assert thinker.body(ThinkRequest("r", (*asked, call, result)), 0)["temperature"] == 0.0
+    chosen = ThinkRequest("r", (*asked, call, result), options={"temperature": 0.8})
+    assert thinker.body(chosen, 0)["temperature"] == 0.8  # a session's own temperature is honoured
+
+
 def test_a_long_conversation_is_cut_to_the_context_in_one_go():
     msgs = [{"role": "system", "content": "s"}] + [{"role": "user", "content": "x" * 100} for _ in range(40)]
     cut = _fit(msgs, 2000)

@@ -81,10 +81,10 @@ class DuplexServer:
         self._base_rss = self._start_rss = 0
         """RSS with no session: at start, then after each time the last session left."""
         self.idle_trims = 0
+        """Times the server went idle and gave memory back."""
         self._trimming: asyncio.Task[None] | None = None
         self.trimmed = True
         """No session has opened since memory was last given back (nor since the start)."""
-        """Times the server went idle and gave memory back."""
 
     @property
     def port(self) -> int:

@@ -61,26 +61,22 @@ SPEECH_PROMPT = (
 """The system prompt a session's instructions are added to: the reply is heard, not read."""
 
 WAITING = "One moment. "
-"""Said first by a reply that must wait for a slot (more conversations answering at once than
-``slots``): beyond capacity replies queue, and the user hears that they do."""
+"""Said first by a reply that must wait for a slot (beyond ``slots`` at once replies queue, and say so)."""
 
 PREFILLS_BESIDE = 2
-"""Requests in flight beyond which reading ahead waits for a quieter moment: replies being
-spoken come first (reading ahead runs in the same batches and would slow their words)."""
+"""Requests in flight beyond which reading ahead waits: replies being spoken come first."""
 
 TEMPERATURE = 0.2
-"""Low: a small model answers facts more reliably (scripts/bench_answers.py --set dev)."""
+"""Low: a small model answers facts more reliably (scripts/bench_answers.py --set dev). A
+tool's result is read back at 0, not improvised on (at 0.2, now and then "I don't know")."""
 
 PROMPT_CACHE_MIB = 256
 """Memory for the prompts of slots taken over (a conversation that comes back is restored):
 llama.cpp's default, 8 GiB, grew the server ~10 MB a conversation. This holds ~20 of 500 tokens."""
 
 NICE = 0
-"""llama.cpp's threads run at the listening's priority: at nice 5 (making way for Whisper,
-Smart Turn and the voice) first audio came ~0.14 s later at the median, and at nice 0 a
-barge-in is heard as soon as with the echo thinker (`bench_hearing.py --quick`, held out,
-one run: duck 0.110 / 0.180 s both, cancel 0.66 / 0.80 against 0.58 / 0.88, live WER 0.090
-both). The voices keep theirs (they make way for listening and the model)."""
+"""llama.cpp's threads run at the listening's priority: at nice 5 first audio came ~0.1 s
+later, and at 0 a barge-in is heard as soon as with the echo (docs/benchmarks.md, "Nice 0")."""
 
 
 class LocalChatThinker:
@@ -188,10 +184,11 @@ class LocalChatThinker:
 
     def body(self, request: ThinkRequest, slot: int | None) -> dict[str, Any]:
         """The chat-completions request for ``request`` (llama.cpp's fields included)."""
+        msgs = self.messages(request)
         body: dict[str, Any] = {
-            "messages": self.messages(request),
+            "messages": msgs,
             "stream": True,
-            "temperature": self.temperature,
+            "temperature": 0.0 if msgs and msgs[-1]["role"] == "tool" else self.temperature,
             "max_tokens": self.max_tokens,
             "cache_prompt": True,
             **self.extra_body,
