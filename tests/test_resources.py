@@ -38,16 +38,19 @@ models whose shapes vary (hibari, Kokoro, Smart Turn) it was 21 / 13 / 9 / 7 / 0
 audio of every pause (+460-880 MiB)."""
 
 
-def _tasks(server: ServerProcess) -> int:
-    found = re.search(r"^duplex_tasks (\S+)", server.http("/metrics").decode(), re.M)
+def _gauge(server: ServerProcess, name: str) -> int:
+    """One of the server's unlabelled gauges, from /metrics."""
+    found = re.search(rf"^{name} (\S+)", server.http("/metrics").decode(), re.M)
     assert found is not None
     return int(float(found.group(1)))
+
+
+def _tasks(server: ServerProcess) -> int:
+    return _gauge(server, "duplex_tasks")
 
 
 def _sessions(server: ServerProcess) -> int:
-    found = re.search(r"^duplex_sessions (\S+)", server.http("/metrics").decode(), re.M)
-    assert found is not None
-    return int(float(found.group(1)))
+    return _gauge(server, "duplex_sessions")
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -89,9 +92,7 @@ async def _hear(server: ServerProcess) -> None:
 
 
 def _trimmed(server: ServerProcess) -> bool:
-    found = re.search(r"^duplex_idle_trimmed (\S+)", server.http("/metrics").decode(), re.M)
-    assert found is not None
-    return float(found.group(1)) == 1
+    return _gauge(server, "duplex_idle_trimmed") == 1
 
 
 async def _settled(server: ServerProcess) -> None:
