@@ -6,7 +6,7 @@ question set as text (no voice, no recognition: the model alone). Printed per mo
 load time, memory added, first token for the tool-laden prompt read cold and for a
 follow-up with the conversation cached, generated tokens per second, and answers right
 (each kind apart). ``--set dev`` is the set to tune prompts and settings on; the default
-set is the measure (see :mod:`duplex.app.harness.questions`).
+set is the measure (see :mod:`lab.questions`).
 
     python scripts/bench_answers.py [--models NAME|PATH,...] [--set dev|main] [--prompt FILE]
         [--temperature T]
@@ -23,8 +23,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from duplex.app.harness.procs import rss_kib
-from duplex.app.harness.questions import (
+from duplex.pipeline.segmenter import Segmenter
+from duplex.pipeline.thinker import ThinkRequest
+from duplex.pipeline.thinkers.chat_models import DEFAULT_MODEL
+from duplex.pipeline.thinkers.local import SPEECH_PROMPT, LocalChatThinker
+from duplex.pipeline.tools import ToolCallDelta
+from lab.procs import rss_kib
+from lab.questions import (
     CONVERSATIONS,
     DEV_CONVERSATIONS,
     TOOLS,
@@ -33,11 +38,6 @@ from duplex.app.harness.questions import (
     call_passes,
     passes,
 )
-from duplex.pipeline.segmenter import Segmenter
-from duplex.pipeline.thinker import ThinkRequest
-from duplex.pipeline.thinkers.chat_models import DEFAULT_MODEL
-from duplex.pipeline.thinkers.local import SPEECH_PROMPT, LocalChatThinker
-from duplex.pipeline.tools import ToolCallDelta
 
 
 async def ask(

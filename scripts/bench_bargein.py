@@ -1,8 +1,8 @@
 """Barge-in, offline and whole: every backchannel and 12 interruptions of each part of
 the natural-voice set, spoken over a reply, through the real listener in process
-(:mod:`duplex.app.harness.offline`: every model answer before the next 20 ms frame, as
+(:mod:`lab.offline`: every model answer before the next 20 ms frame, as
 the synced replay ``bench_hearing.py --fast`` gets them; decode time left out).
-Also the short interruptions of :mod:`duplex.app.harness.commands` ("Stop.", "Wait.",
+Also the short interruptions of :mod:`lab.commands` ("Stop.", "Wait.",
 "Hold on." in voices of each part), which must cancel too. Whisper's answers are cached,
 so the policy can be varied in one run in seconds (``--low-confidence``: the threshold
 under which a short transcript is dropped as a guess). Take-over = the reply was
@@ -20,12 +20,12 @@ import numpy as np
 
 from duplex.app.core.listening import Interrupt
 from duplex.app.core.settings import TurnDetection
-from duplex.app.harness.commands import Command, commands
-from duplex.app.harness.offline import Answers, hear
-from duplex.app.harness.tables import header, spread
-from duplex.app.harness.voices import Clip, load_corpus, variant
 from duplex.pipeline.detectors.silero_vad import SileroVad
 from duplex.pipeline.recognizers.whisper import LOW_CONFIDENCE
+from lab.commands import Command, commands
+from lab.offline import Answers, hear
+from lab.tables import header, spread
+from lab.voices import Clip, load_corpus, variant
 
 RATE = 24000
 LEAD = np.zeros(RATE // 2, np.int16)

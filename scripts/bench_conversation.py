@@ -3,7 +3,7 @@ soon after the user stops the first audio of the reply arrives.
 
 ``duplex serve`` in its own process (every default but the thinker), a client paced at
 real time that plays what it receives and acknowledges it, and the question set of
-:mod:`duplex.app.harness.questions` in both parts (voices the project tunes on, and
+:mod:`lab.questions` in both parts (voices the project tunes on, and
 held-out voices, a third of them through babble, a telephone line or a low level).
 Each conversation is its own session offering two function tools; a tool call is
 answered with the tool's output and the reply to that is judged too.
@@ -33,12 +33,12 @@ from pathlib import Path
 from typing import Any
 
 from duplex.app.clients.simulated import SimulatedClient
-from duplex.app.harness.llama import LlamaServer
-from duplex.app.harness.questions import DIALOGUE, TOOLS, Spoken, Turn, call_passes, passes, spoken, spoken_by
-from duplex.app.harness.servers import ServerProcess
-from duplex.app.harness.stats import pct
 from duplex.pipeline.thinkers.chat_models import DEFAULT_MODEL, resolve
 from duplex.pipeline.thinkers.local import SPEECH_PROMPT
+from lab.llama import LlamaServer
+from lab.questions import DIALOGUE, TOOLS, Spoken, Turn, call_passes, passes, spoken, spoken_by
+from lab.servers import ServerProcess
+from lab.stats import pct
 
 TURN_LIMIT_S = 30.0
 QUIET_S = 4.0

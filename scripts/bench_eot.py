@@ -2,7 +2,7 @@
 (under its condition: clean, babble and music at 10 dB, phone band, -35 and -15
 dBFS) and every sentence with a 250-450 ms pause inside (clean, babble, phone band),
 through the real listener in process with ``semantic_vad``
-(:mod:`duplex.app.harness.offline`: every model answer before the next 20 ms frame,
+(:mod:`lab.offline`: every model answer before the next 20 ms frame,
 decode time left out; answers cached, so eagerness variants cost seconds).
 
 End of turn = from the true end of speech to the frame the turn ended at; silence =
@@ -20,11 +20,11 @@ import numpy as np
 
 from duplex.app.core.listening import Stopped, Turn
 from duplex.app.core.listening import semantic as S
-from duplex.app.harness.offline import Answers, hear
-from duplex.app.harness.pauses import LEAD, RATE, TAIL, TD, jobs
-from duplex.app.harness.tables import header, spread
-from duplex.app.harness.voices import Clip, load_corpus, variant
 from duplex.pipeline.detectors.silero_vad import SileroVad
+from lab.offline import Answers, hear
+from lab.pauses import LEAD, RATE, TAIL, TD, jobs
+from lab.tables import header, spread
+from lab.voices import Clip, load_corpus, variant
 
 
 def ended(vad: SileroVad, answers: Answers, pcm: np.ndarray) -> tuple[int, int] | None:

@@ -39,12 +39,12 @@ import websockets
 
 from duplex.app.clients.realtime import RealtimeClient
 from duplex.app.clients.sounds import mix, noise, silence, speech, trim
-from duplex.app.harness.procs import rss_kib
-from duplex.app.harness.servers import ServerProcess
-from duplex.app.harness.stats import median
-from duplex.app.harness.tables import spread
-from duplex.app.harness.voices import load_corpus, resample
 from duplex.pipeline.talkers.espeak import EspeakTalker
+from lab.procs import rss_kib
+from lab.servers import ServerProcess
+from lab.stats import median
+from lab.tables import spread
+from lab.voices import load_corpus, resample
 
 RATE = 24000
 FRAME = RATE // 50

@@ -18,16 +18,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from duplex.app.harness.stats import median
-from duplex.app.harness.tables import header, row
+from lab.stats import median
+from lab.tables import header, row
 
 
 def bench_snac(device: str, weights: str | None, runs: int) -> list[str]:
     import numpy as np
     import torch
 
-    from duplex.app.harness.models import build_snac
     from duplex.pipeline.vocoders.snac import SnacVocoder
+    from lab.models import build_snac
 
     path = weights or build_snac(Path(tempfile.mkdtemp()) / "snac")
     rows = []

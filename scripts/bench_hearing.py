@@ -50,11 +50,11 @@ from duplex.app.clients.simulated import Received, SimulatedClient
 from duplex.app.clients.sounds import cough
 from duplex.app.core.listening import Listener, Started
 from duplex.app.core.settings import TurnDetection
-from duplex.app.harness.servers import ServerProcess
-from duplex.app.harness.stats import median
-from duplex.app.harness.tables import full_duplex_bench, header, row, spread
-from duplex.app.harness.voices import Clip, load_corpus, noise, resample, set_level, variant, wer
 from duplex.pipeline.detectors.silero_vad import SileroVad
+from lab.servers import ServerProcess
+from lab.stats import median
+from lab.tables import full_duplex_bench, header, row, spread
+from lab.voices import Clip, load_corpus, noise, resample, set_level, variant, wer
 
 RATE = 24000
 LEAD_S = 0.5

@@ -26,8 +26,8 @@ import websockets
 
 from duplex.app.clients.realtime import RealtimeClient
 from duplex.app.clients.sounds import noise
-from duplex.app.harness.servers import ServerProcess
-from duplex.app.harness.tables import spread
+from lab.servers import ServerProcess
+from lab.tables import spread
 
 RATE = 24000
 

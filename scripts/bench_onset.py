@@ -22,10 +22,10 @@ import numpy as np
 
 from duplex.app.core.listening import Listener, Started
 from duplex.app.core.settings import TurnDetection
-from duplex.app.harness.tables import header
-from duplex.app.harness.voices import TARGET_DBFS, Clip, load_corpus, mix, resample, set_level, variant
 from duplex.pipeline.detectors.silero_vad import SileroVad
 from duplex.pipeline.voice_activity import VadWindow
+from lab.tables import header
+from lab.voices import TARGET_DBFS, Clip, load_corpus, mix, resample, set_level, variant
 
 RATE = 24000
 CONDITIONS = ("clean", "tel", "low", "babble10", "babble20", "music10")

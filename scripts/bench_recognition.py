@@ -26,9 +26,9 @@ from collections.abc import Callable
 import numpy as np
 import psutil
 
-from duplex.app.harness.tables import spread
-from duplex.app.harness.voices import load_corpus, variant, wer
 from duplex.pipeline.recognizers import whisper as whisper_module
+from lab.tables import spread
+from lab.voices import load_corpus, variant, wer
 
 RATE = 16000
 CONDITIONS = ("clean", "low", "tel", "babble10", "music10")

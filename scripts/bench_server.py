@@ -21,15 +21,15 @@ import time
 
 from duplex.app.clients.realtime import RealtimeClient
 from duplex.app.edge.config import ServerConfig
-from duplex.app.harness.procs import rss_kib
-from duplex.app.harness.servers import ServerProcess
-from duplex.app.harness.stats import median
-from duplex.app.harness.tables import header, row
 from duplex.pipeline.stages import ReplyStages
 from duplex.pipeline.stream import ChunkEvent
 from duplex.pipeline.talker import SpeechRequest
 from duplex.pipeline.talkers.espeak import EspeakTalker
 from duplex.pipeline.vocoders.pcm import PcmVocoder
+from lab.procs import rss_kib
+from lab.servers import ServerProcess
+from lab.stats import median
+from lab.tables import header, row
 
 SHORT = "Hello, this is a short reply."
 LONG = " ".join(f"This is sentence number {i} of a fairly long reply." for i in range(8))

@@ -30,10 +30,10 @@ from pathlib import Path
 
 from duplex.app.clients.simulated import SimulatedClient
 from duplex.app.clients.sounds import mix, silence, speech, trim
-from duplex.app.harness.models import build_tiny_llama, text_token_ids
-from duplex.app.harness.servers import ServerProcess
-from duplex.app.harness.tables import spread
 from duplex.pipeline.talkers.espeak import EspeakTalker
+from lab.models import build_tiny_llama, text_token_ids
+from lab.servers import ServerProcess
+from lab.tables import spread
 
 QUESTIONS = [
     "hello how are you today",

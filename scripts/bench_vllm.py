@@ -21,9 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from duplex.app.harness.procs import cpu_seconds, descendants
-from duplex.app.harness.stats import median
-from duplex.app.harness.tables import header, row
+from lab.procs import cpu_seconds, descendants
+from lab.stats import median
+from lab.tables import header, row
 
 TEXT = "This is a sentence for the benchmark, long enough to make a few seconds of speech."
 
@@ -42,12 +42,12 @@ async def main() -> None:
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
     runs = 4 if args.quick else 10
-    from duplex.app.harness.models import build_snac, build_tiny_llama
     from duplex.pipeline.stages import ReplyStages
     from duplex.pipeline.talker import SpeechRequest
     from duplex.pipeline.talkers.codec import CodecLayout
     from duplex.pipeline.talkers.vllm import CodecTalker, LocalEngine
     from duplex.pipeline.vocoders.snac import SnacVocoder
+    from lab.models import build_snac, build_tiny_llama
 
     tmp = Path(tempfile.mkdtemp(prefix="duplex-bench-"))
     model, snac = build_tiny_llama(tmp / "tiny"), build_snac(tmp / "snac")

@@ -37,13 +37,13 @@ from pathlib import Path
 import numpy as np
 import psutil
 
-from duplex.app.harness.tables import spread
-from duplex.app.harness.voices import resample, wer, write_wav
 from duplex.pipeline.recognizers.whisper import MODELS, WhisperRecognizer
 from duplex.pipeline.talker import SpeechRequest, Talker
 from duplex.pipeline.talkers.espeak import EspeakTalker
 from duplex.pipeline.talkers.hibari import HibariRuntime, HibariTalker
 from duplex.pipeline.talkers.kokoro import KokoroRuntime, KokoroTalker
+from lab.tables import spread
+from lab.voices import resample, wer, write_wav
 
 SENTENCES = [  # words only: a recogniser writes numbers as digits, which a word count would call errors
     "Sure, I can help with that.",

@@ -5,7 +5,7 @@
 mypy must see the rooms at the repository root under their installed names
 (``duplex.app``, ``duplex.pipeline``); it does not follow the editable install's
 import hook, so it is pointed at a temporary folder in which ``duplex`` links to
-the repository root.
+the repository root (and at ``scripts/`` for the lab).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def main() -> int:
     failed |= run(str(BIN / "ruff"), "format", "--check", ".")
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "duplex").symlink_to(ROOT)
-        env = {**os.environ, "MYPYPATH": tmp}
+        env = {**os.environ, "MYPYPATH": os.pathsep.join((tmp, str(ROOT / "scripts")))}
         failed |= run(
             str(BIN / "mypy"),
             "--cache-dir",
@@ -39,6 +39,8 @@ def main() -> int:
             "duplex.app",
             "-p",
             "duplex.pipeline",
+            "-p",
+            "lab",  # the benchmarks' and tests' lab (scripts/lab), outside the wheel
             env=env,
         )
     return 1 if failed else 0

@@ -1,7 +1,7 @@
 """Fit ``semantic_vad``'s ``medium`` eagerness on the tune part, and score it on both.
 
 Every pause of the natural-voice set is recorded once with its evidence
-(:mod:`duplex.app.harness.pauses`: ~6 min on two cores, base's candidates as a quiet
+(:mod:`lab.pauses`: ~6 min on two cores, base's candidates as a quiet
 server reads them), then every eagerness of a grid is scored on it in seconds. The
 choice is made on the tune part alone: at most :data:`TOR` of its mid-sentence pauses
 taken over as heard and :data:`SLACK_TOR` with every pause :data:`SLACK_MS` longer (a
@@ -30,11 +30,11 @@ import numpy as np
 
 from duplex.app.core.listening import EAGERNESS, Eagerness, words_hang
 from duplex.app.core.units import ms_to_samples
-from duplex.app.harness.offline import Answers
-from duplex.app.harness.pauses import RATE, Heard, Pause, Score, jobs, record, score
-from duplex.app.harness.tables import header, spread
-from duplex.app.harness.voices import load_corpus
 from duplex.pipeline.detectors.silero_vad import SileroVad
+from lab.offline import Answers
+from lab.pauses import RATE, Heard, Pause, Score, jobs, record, score
+from lab.tables import header, spread
+from lab.voices import load_corpus
 
 TOR = 0.04
 """Take-overs allowed on the tune part as heard (the target is 0.05 held out: a margin)..."""

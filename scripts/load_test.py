@@ -30,12 +30,12 @@ import websockets
 from duplex.app.clients.simulated import SimulatedClient
 from duplex.app.core.listening import Duck
 from duplex.app.core.settings import TurnDetection
-from duplex.app.harness.offline import Answers, hear
-from duplex.app.harness.procs import cpu_seconds, descendants, rss_kib
-from duplex.app.harness.servers import ServerProcess
-from duplex.app.harness.tables import spread
-from duplex.app.harness.voices import load_corpus, variant
 from duplex.pipeline.detectors.silero_vad import SileroVad
+from lab.offline import Answers, hear
+from lab.procs import cpu_seconds, descendants, rss_kib
+from lab.servers import ServerProcess
+from lab.tables import spread
+from lab.voices import load_corpus, variant
 
 Speech = tuple[np.ndarray, int, int]
 """A clip at 24 kHz and the samples where its words begin and end."""

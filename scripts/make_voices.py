@@ -60,7 +60,7 @@ import numpy as np
 import onnxruntime as ort
 import soxr
 
-from duplex.app.harness.voices import DEFAULT_ROOT, RATE, TARGET_DBFS, read_wav, set_level, speech_bounds, write_wav
+from lab.voices import DEFAULT_ROOT, RATE, TARGET_DBFS, read_wav, set_level, speech_bounds, write_wav
 
 KOKORO_SHA256 = "6e742170d309016e5891a994e1ce1559c702a2ccd0075e67ef7157974f6406cb"
 PIPER_SHA256 = "58afce0321b8d9c46d7cdf9c16500cc55a793b4220212dba6b70fb788b3baf06"
@@ -1131,7 +1131,7 @@ def finish(m: Made) -> tuple[np.ndarray, dict[str, object]]:
 README = """# Natural-voice test corpus
 
 Made by `scripts/make_voices.py` (run once; the files here are its committed output) and read
-by `duplex.app.harness.voices` (`load_corpus`, `Corpus.split`, `variant`, `noise`, `wer`).
+by `lab.voices` (`load_corpus`, `Corpus.split`, `variant`, `noise`, `wer`).
 {count} clips, {size:.1f} MB: {tune_count} to tune on, {heldout_count} held out.
 
 * 16 kHz mono PCM16 WAV. Speech clips are trimmed to their speech plus {pad} ms either side and set to

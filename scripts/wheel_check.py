@@ -4,7 +4,7 @@
 
 Checks what an editable install hides: the wheel holds every module and web file
 of the source tree under ``duplex`` (and nothing else at the top of
-site-packages), Smart Turn's weights and license among its assets; installed
+site-packages; not the lab, ``scripts/lab``), Smart Turn's weights and license among its assets; installed
 alone in a fresh venv (``pip install duplex-*.whl``, nothing else: Pipecat is not
 there) every module imports with the default dependencies; ``duplex serve`` with
 its defaults (``semantic_vad`` with Smart Turn, the default voice) started from
@@ -25,6 +25,8 @@ import time
 import urllib.request
 import zipfile
 from pathlib import Path
+
+from lab.net import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 ROOMS = ("app", "pipeline", "web", "assets")
@@ -87,7 +89,11 @@ def main() -> None:
         missing = [f for f in [*tracked, *SHIPPED] if f"duplex/{f}" not in names]
         if missing:
             fail(f"the wheel lacks {sorted(set(missing))}")
-        print(f"wheel: {wheel.name}, {len(names)} files, everything of app/ pipeline/ web/ assets/ in it")
+        # The lab (scripts/lab) and the tests are the checkout's, never the product's.
+        lab = sorted(n for n in names if n.startswith(("duplex/scripts/", "duplex/tests/", "duplex/app/harness/")))
+        if lab:
+            fail(f"the wheel carries the lab or the tests: {lab[:5]}")
+        print(f"wheel: {wheel.name}, {len(names)} files, everything of app/ pipeline/ web/ assets/ in it, no lab")
 
         venv = tmp / "venv"
         sh(sys.executable, "-m", "venv", venv)
@@ -107,7 +113,7 @@ def main() -> None:
             fail("duplex serve --help does not offer --thinker openai")
         sh(py, "-c", "import duplex.pipeline.thinkers.openai_chat, httpx", cwd=away)
 
-        port = sh(py, "-c", "from duplex.app.harness.net import free_port; print(free_port())", cwd=away).strip()
+        port = str(free_port())
         server = subprocess.Popen(
             [venv / "bin" / "duplex", "serve", "--port", port],
             cwd=away,

@@ -12,13 +12,13 @@ import pytest
 
 from duplex.app.edge.config import ServerConfig
 from duplex.app.edge.server import DuplexServer
-from duplex.app.harness.servers import serving
 from duplex.pipeline.backends import Backends
 from duplex.pipeline.detectors.silero_vad import SileroVad
 from duplex.pipeline.detectors.smart_turn import SmartTurn
 from duplex.pipeline.recognizers.whisper import WhisperRecognizer
 from duplex.pipeline.talkers.espeak import EspeakRuntime, EspeakTalker
 from duplex.pipeline.vocoders.pcm import PcmVocoder
+from lab.servers import serving
 
 TESTS = Path(__file__).parent
 

@@ -24,7 +24,6 @@ MAY_IMPORT = {
     # pipeline (to make speech), never the server's insides.
     "duplex.app.clients": ("duplex.app.clients", "duplex.app.core.protocol", "duplex.pipeline"),
     "duplex.app.cli": ("duplex.app.cli", "duplex.app.core", "duplex.app.edge", "duplex.app.clients", "duplex.pipeline"),
-    "duplex.app.harness": ("duplex.app", "duplex.pipeline"),
     "duplex.app": ("duplex.app.cli",),  # __main__: the command
 }
 
@@ -113,15 +112,33 @@ def test_each_room_imports_only_what_it_may():
 
 def test_modules_stay_small_or_say_why():
     long = []
-    for name, path in modules().items():
+    lab = {f"lab.{p.stem}": p for p in sorted((ROOT / "scripts" / "lab").glob("*.py"))}
+    for name, path in {**modules(), **lab}.items():
         text = path.read_text()
         if text.count("\n") > MAX_LINES and LONG_REASON not in (ast.get_docstring(ast.parse(text)) or ""):
             long.append(f"{name}: {text.count(chr(10))} lines")
     assert long == []
 
 
+def test_the_product_never_imports_the_lab():
+    """The lab (``scripts/lab``: voices, servers, tables) serves the benchmarks and the
+    tests; the wheel does not carry it, so nothing in it may import it."""
+    wrong = []
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                found = [node.module or ""]
+            else:
+                continue
+            wrong += [f"{name} -> {m}" for m in found if m.split(".")[0] in ("lab", "scripts", "tests")]
+    assert wrong == []
+    assert not (ROOT / "app" / "harness").exists(), "the lab lives in scripts/lab"
+
+
 def test_scripts_use_the_package_not_the_tests():
-    for path in (ROOT / "scripts").glob("*.py"):
+    for path in (ROOT / "scripts").rglob("*.py"):
         tree = ast.parse(path.read_text())
         names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
         names += [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]

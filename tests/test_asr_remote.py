@@ -20,10 +20,10 @@ import pytest_asyncio
 from duplex.app.clients.realtime import RealtimeClient
 from duplex.app.clients.sounds import mix, silence, speech
 from duplex.app.clients.verdicts import wer
-from duplex.app.harness.net import free_port
 from duplex.pipeline.recognizers.openai_remote import OpenAIRecognizer, TranscriptionError
 from duplex.pipeline.recognizers.whisper import MODELS
 from duplex.pipeline.talkers.espeak import EspeakTalker
+from lab.net import free_port
 from tests.util import need
 
 HAVE_SERVER = importlib.util.find_spec("faster_whisper_server") is not None

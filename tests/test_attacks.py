@@ -21,8 +21,8 @@ from duplex.app.clients.realtime import RealtimeClient
 from duplex.app.clients.simulated import SimulatedClient
 from duplex.app.clients.sounds import mix, noise, silence, speech, trim
 from duplex.app.core.limits import SessionLimits
-from duplex.app.harness.procs import rss_kib
-from duplex.app.harness.servers import ServerProcess
+from lab.procs import rss_kib
+from lab.servers import ServerProcess
 from tests.util import longest_loop_step, start_reply, text_item, until, ws_url
 
 

@@ -13,7 +13,7 @@ import urllib.request
 
 import websockets
 
-from duplex.app.harness.net import free_port
+from lab.net import free_port
 from tests.util import need
 
 HAVE_VLLM = all(importlib.util.find_spec(m) is not None for m in ("vllm", "snac", "torch"))

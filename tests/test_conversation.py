@@ -16,14 +16,14 @@ import pytest
 
 from duplex.app.clients.simulated import SimulatedClient
 from duplex.app.edge.config import ServerConfig
-from duplex.app.harness.commands import command
-from duplex.app.harness.questions import TOOLS
-from duplex.app.harness.servers import ServerProcess, serving
 from duplex.pipeline.backends import Backends
 from duplex.pipeline.thinker import ThinkRequest
 from duplex.pipeline.thinkers.local import LocalChatThinker
 from duplex.pipeline.tools import ToolCallDelta
 from duplex.pipeline.vocoders.pcm import PcmVocoder
+from lab.commands import command
+from lab.questions import TOOLS
+from lab.servers import ServerProcess, serving
 from tests.util import start_reply, text_item
 
 RATE = 24000

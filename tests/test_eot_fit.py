@@ -11,11 +11,11 @@ import pytest
 
 from duplex.app.core.listening.semantic import EAGERNESS, Eagerness
 from duplex.app.core.units import ms_to_samples
-from duplex.app.harness.offline import Answers
-from duplex.app.harness.pauses import ASKS_MS, RATE, Heard, Pause, ends_at, record, score
-from duplex.app.harness.prosody import prosody
-from duplex.app.harness.voices import load_corpus
 from duplex.pipeline.detectors.silero_vad import SileroVad
+from lab.offline import Answers
+from lab.pauses import ASKS_MS, RATE, Heard, Pause, ends_at, record, score
+from lab.prosody import prosody
+from lab.voices import load_corpus
 
 MEDIUM = EAGERNESS["medium"]
 

@@ -19,8 +19,8 @@ from duplex.app.core.events import SERVER_EVENTS, Error
 from duplex.app.core.protocol import CLIENT_EVENT_TYPES, ClientEvent, ProtocolError, decode_event
 from duplex.app.core.session import Session
 from duplex.app.core.wire import Wire
-from duplex.app.harness.voices import load_corpus, resample
 from duplex.pipeline.detectors.silero_vad import SileroVad
+from lab.voices import load_corpus, resample
 
 MODEL = SileroVad()
 

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from duplex.app.harness.servers import ServerProcess
+from lab.servers import ServerProcess
 
 SINGLE = [
     "Host",

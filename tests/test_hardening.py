@@ -20,11 +20,11 @@ from duplex.app.clients.realtime import RealtimeClient, audio_of, pcm_b64
 from duplex.app.clients.simulated import SimulatedClient
 from duplex.app.clients.sounds import mix, silence, speech, trim
 from duplex.app.core.limits import SessionLimits
-from duplex.app.harness.procs import cpu_seconds
-from duplex.app.harness.servers import serving
 from duplex.pipeline.backends import Backends
 from duplex.pipeline.talker import TalkerError
 from duplex.pipeline.thinker import NOT_UNDERSTOOD
+from lab.procs import cpu_seconds
+from lab.servers import serving
 from tests.util import gate, stage_tasks, until, ws_url
 
 LONG = " ".join(f"This is sentence number {i} of a long reply." for i in range(20))

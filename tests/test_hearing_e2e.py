@@ -14,8 +14,8 @@ import pytest
 
 from duplex.app.clients.simulated import SimulatedClient
 from duplex.app.core.listening.bargein import LATE_MS
-from duplex.app.harness.commands import command
-from duplex.app.harness.voices import Clip, load_corpus, noise, resample, set_level, variant, wer
+from lab.commands import command
+from lab.voices import Clip, load_corpus, noise, resample, set_level, variant, wer
 from tests.util import start_reply
 
 RATE = 24000

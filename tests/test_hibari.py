@@ -16,7 +16,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from duplex.app.harness.voices import resample, wer, write_wav
 from duplex.pipeline.stages import ReplyStages
 from duplex.pipeline.stream import ChunkEvent
 from duplex.pipeline.talker import SpeechRequest, TalkerChunk
@@ -26,6 +25,7 @@ from duplex.pipeline.talkers.hibari import HibariModel, HibariRuntime, HibariTal
 from duplex.pipeline.talkers.kokoro import KokoroRuntime, KokoroTalker
 from duplex.pipeline.vocoders.pcm import PcmVocoder
 from duplex.pipeline.weights import WeightsError
+from lab.voices import resample, wer, write_wav
 
 from .test_browser import ARTIFACTS
 from .util import gate, until

@@ -13,7 +13,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from duplex.app.harness.voices import resample, wer, write_wav
 from duplex.pipeline.talker import SpeechRequest, TalkerChunk
 from duplex.pipeline.talkers import kokoro, kokoro_model, segments
 from duplex.pipeline.talkers.espeak import EspeakTalker
@@ -21,6 +20,7 @@ from duplex.pipeline.talkers.kokoro import VOICE_ALIASES, KokoroRuntime, KokoroT
 from duplex.pipeline.talkers.kokoro_model import ASSETS_SHA256, KokoroModel
 from duplex.pipeline.talkers.segments import split_segments, word_starts
 from duplex.pipeline.weights import WeightsError
+from lab.voices import resample, wer, write_wav
 
 from .test_browser import ARTIFACTS
 from .util import gate, until
@@ -207,9 +207,9 @@ def test_weights_and_voices_are_checked_against_their_pins(monkeypatch):
 @pytest.fixture
 async def kokoro_server(talker: KokoroTalker, vad_model, recognizer, turn_model):
     from duplex.app.edge.config import ServerConfig
-    from duplex.app.harness.servers import serving
     from duplex.pipeline.backends import Backends
     from duplex.pipeline.vocoders.pcm import PcmVocoder
+    from lab.servers import serving
 
     from .conftest import TEST_SERVER
 
@@ -220,7 +220,7 @@ async def kokoro_server(talker: KokoroTalker, vad_model, recognizer, turn_model)
 
 async def test_a_neural_reply_interrupted_is_cut_at_the_heard_word_with_no_stale_byte(kokoro_server):
     from duplex.app.clients.simulated import SimulatedClient
-    from duplex.app.harness.voices import load_corpus, variant
+    from lab.voices import load_corpus, variant
 
     rate = 24000
     text = " ".join(SENTENCES[1:])

@@ -10,7 +10,6 @@ import math
 
 import pytest
 
-from duplex.app.harness.questions import TOOLS
 from duplex.pipeline.recognizer import only_command
 from duplex.pipeline.thinker import ThinkRequest
 from duplex.pipeline.thinkers.calls import CallReader, call_grammar, call_probability, tools_prompt
@@ -18,6 +17,7 @@ from duplex.pipeline.thinkers.local import SPEECH_PROMPT, WAITING, LocalChatThin
 from duplex.pipeline.thinkers.said import Speakable
 from duplex.pipeline.thinkers.slots import Slots
 from duplex.pipeline.tools import ToolCallDelta
+from lab.questions import TOOLS
 
 
 def said(pieces: list[str]) -> str:

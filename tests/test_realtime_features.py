@@ -11,8 +11,8 @@ import pytest
 
 from duplex.app.clients.realtime import RealtimeClient
 from duplex.app.clients.simulated import SimulatedClient
-from duplex.app.harness.voices import load_corpus, resample
 from duplex.pipeline import g711
+from lab.voices import load_corpus, resample
 
 
 async def test_idle_timeout_commits_the_silence_and_answers_it(server):

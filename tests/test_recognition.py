@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from duplex.app.edge.memory import release_free_heap, rss_bytes
-from duplex.app.harness.voices import load_corpus, variant, wer
 from duplex.pipeline.recognizers.tiered import BUSY, FITS_MS, WINDOW_S, Load, TieredWhisper, cores
 from duplex.pipeline.recognizers.whisper import MODELS, WhisperRecognizer, drop_echoes
 from duplex.pipeline.weights import WeightsError
+from lab.voices import load_corpus, variant, wer
 
 RATE = 16000
 

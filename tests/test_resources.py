@@ -21,9 +21,9 @@ import websockets
 
 from duplex.app.clients.realtime import RealtimeClient
 from duplex.app.clients.sounds import noise
-from duplex.app.harness.procs import rss_kib
-from duplex.app.harness.servers import ServerProcess
-from duplex.app.harness.voices import load_corpus, resample
+from lab.procs import rss_kib
+from lab.servers import ServerProcess
+from lab.voices import load_corpus, resample
 
 SLACK_KIB = 10 * 1024
 STORM_SLACK_KIB = 20 * 1024

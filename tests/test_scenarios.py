@@ -136,7 +136,7 @@ async def test_replay_command_line(server, tmp_path):
 
 @pytest.fixture(scope="module")
 def default_server():
-    from duplex.app.harness.servers import ServerProcess
+    from lab.servers import ServerProcess
 
     # Every default (semantic_vad, hibari, Whisper, Smart Turn) but the thinker: a scenario judges
     # the replies' words against what was said (the echo's), not a model's answers.
@@ -156,7 +156,7 @@ async def test_scenario_against_the_default_server(path: Path, default_server, t
 
 async def test_the_default_server_counts_the_turns_each_whisper_heard(default_server):
     from duplex.app.clients.realtime import RealtimeClient
-    from duplex.app.harness.voices import load_corpus, resample
+    from lab.voices import load_corpus, resample
 
     def counts() -> dict[str, int]:
         metrics = default_server.http("/metrics").decode()

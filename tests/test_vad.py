@@ -9,7 +9,7 @@ from duplex.app.clients.sounds import mix, noise, silence, speech
 from duplex.app.core.listening.listener import Listener
 from duplex.app.core.listening.signals import Duck, Started, Stopped
 from duplex.app.core.settings import TurnDetection
-from duplex.app.harness.voices import load_corpus, variant
+from lab.voices import load_corpus, variant
 
 RATE = 24000
 

@@ -18,10 +18,10 @@ import pytest_asyncio
 
 from duplex.app.clients.realtime import RealtimeClient, audio_of
 from duplex.app.clients.sounds import mix, silence, speech, trim
-from duplex.app.harness.servers import serving
 from duplex.pipeline.backends import Backends
 from duplex.pipeline.state import StateHandle, StateMismatch
 from duplex.pipeline.talker import SpeechRequest
+from lab.servers import serving
 from tests.util import WEATHER_TOOL, ask_for_a_long_answer, asked_while_listening, need
 
 HAVE_VLLM = all(importlib.util.find_spec(m) is not None for m in ("vllm", "snac", "torch"))
@@ -32,7 +32,7 @@ LONG = "This reply is long enough to be cut off by the listener well before its 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> tuple[Path, Path]:
     need(HAVE_VLLM, "the vLLM tests need the vllm extra: pip install -e '.[vllm]'", extra="vllm")
-    from duplex.app.harness.models import build_snac, build_tiny_llama
+    from lab.models import build_snac, build_tiny_llama
 
     root = tmp_path_factory.mktemp("models")
     return build_tiny_llama(root / "tiny-llama"), build_snac(root / "snac")
@@ -203,10 +203,10 @@ async def test_snac_streaming_matches_a_whole_decode(tiny, monkeypatch):
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def tserver(backend, espeak_runtime, vad_model, recognizer):
     """The built-in voice speaking what a vLLM chat model (on the talker's engine) says."""
-    from duplex.app.harness.models import text_token_ids
     from duplex.pipeline.talkers.espeak import EspeakTalker
     from duplex.pipeline.thinkers.vllm_chat import VllmChatThinker
     from duplex.pipeline.vocoders.pcm import PcmVocoder
+    from lab.models import text_token_ids
 
     codec_talker, _ = backend
     talker = EspeakTalker(espeak_runtime)
@@ -259,8 +259,8 @@ async def test_barge_in_aborts_the_thinker_and_keeps_what_was_heard(tserver, tal
 
 async def test_thinker_and_talker_share_one_engine(backend, vad_model, recognizer):
     """A vLLM chat model says it, the vLLM codec talker speaks it, one engine for both."""
-    from duplex.app.harness.models import text_token_ids
     from duplex.pipeline.thinkers.vllm_chat import VllmChatThinker
+    from lab.models import text_token_ids
 
     codec_talker, vocoder = backend
     thinker = VllmChatThinker(

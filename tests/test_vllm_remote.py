@@ -14,9 +14,9 @@ import pytest
 import pytest_asyncio
 
 from duplex.app.clients.realtime import RealtimeClient, audio_of
-from duplex.app.harness.net import free_port
-from duplex.app.harness.servers import serving
 from duplex.pipeline.backends import Backends
+from lab.net import free_port
+from lab.servers import serving
 from tests.util import WEATHER_TOOL, ask_for_a_long_answer, need
 
 HAVE_VLLM = all(importlib.util.find_spec(m) is not None for m in ("vllm", "snac", "torch"))
@@ -27,7 +27,7 @@ LONG = "This reply is long enough to be cut off by the listener well before its 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def remote(tmp_path_factory):
     need(HAVE_VLLM, "the vLLM tests need the vllm extra: pip install -e '.[vllm]'", extra="vllm")
-    from duplex.app.harness.models import build_snac, build_tiny_llama
+    from lab.models import build_snac, build_tiny_llama
 
     root = tmp_path_factory.mktemp("remote-models")
     model, snac = build_tiny_llama(root / "tiny-llama"), build_snac(root / "snac")
@@ -157,10 +157,10 @@ async def test_remote_configuration_errors_are_clear(remote):
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def chat_server(remote, espeak_runtime, vad_model, recognizer):
-    from duplex.app.harness.models import text_token_ids
     from duplex.pipeline.talkers.espeak import EspeakTalker
     from duplex.pipeline.thinkers.openai_chat import OpenAIChatThinker
     from duplex.pipeline.vocoders.pcm import PcmVocoder
+    from lab.models import text_token_ids
 
     url, _, _ = remote
     thinker = OpenAIChatThinker(

@@ -10,7 +10,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from duplex.app.harness.voices import DEFAULT_ROOT, KINDS, SPLITS, Corpus, load_corpus, speech_level_dbfs
+from lab.voices import DEFAULT_ROOT, KINDS, SPLITS, Corpus, load_corpus, speech_level_dbfs
 
 MANIFEST = json.loads((DEFAULT_ROOT / "manifest.json").read_text())
 CLIPS = MANIFEST["clips"]

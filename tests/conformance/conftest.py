@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from duplex.app.harness.servers import ServerProcess
+from lab.servers import ServerProcess
 from tests.conformance.harness import Driver, WireProxy, pcm24k
 from tests.util import need
 

@@ -30,7 +30,7 @@ from websockets.asyncio.client import connect
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
-from duplex.app.harness.voices import read_wav
+from lab.voices import read_wav
 
 MARK = "@@conformance "
 # Request headers a client's handshake carries that the server may act on.

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from duplex.app.harness.servers import ServerProcess
+from lab.servers import ServerProcess
 from tests.conformance.test_conformance import MIN_AUDIO_BYTES, Outcome, run_check  # noqa: F401 (the fixture)
 
 

@@ -110,7 +110,7 @@ candidates) -> this one: tune take-over 5/78 -> 3/78, end of turn 0.48 / 0.68 ->
 candidates finish more of a cut sentence, "We should leave it.", so the old fit took 5/78
 of the tune pauses with them.) A 0.35 s median costs take-overs on this set: the fewest at
 that median, offline, are 9/78 tune and 10/51 held out. Neither final punctuation nor the
-prosody of the end (:mod:`duplex.app.harness.prosody`) tells a finished turn from a
+prosody of the end (:mod:`lab.prosody`) tells a finished turn from a
 paused one here (the synthetic pauses join two separately spoken halves, the first
 sounding finished), so neither is weighed. ``low`` and ``high`` are set around it (and
 ask twice)."""

@@ -4,7 +4,7 @@ Forty conversations a voice assistant meets (facts, quantities, sums, practical
 advice, follow-ups that need the previous turn, tool calls, things it must not
 invent, a command), each turn with a pattern its answer must match. Said by the
 project's own talkers at load, split by voice as the corpus is
-(:mod:`duplex.app.harness.commands` has the same two sets of voices): each
+(:mod:`lab.commands` has the same two sets of voices): each
 conversation is said once in each part, by the next voice of that part in turn; in
 the held-out part every third one is heard through a condition (babble at 10 dB SNR,
 a telephone line, a low level) from the corpus's own variants.
@@ -26,13 +26,13 @@ from typing import Any
 
 import numpy as np
 
-from duplex.app.harness.commands import VOICES
-from duplex.app.harness.voices import TARGET_DBFS, mix, normalize_words, set_level, speech_bounds, telephone
-from duplex.app.harness.voices import _noise_track as noise_track
 from duplex.pipeline.talker import SpeechRequest
 from duplex.pipeline.talkers.espeak import EspeakTalker
 from duplex.pipeline.talkers.hibari import HibariTalker
 from duplex.pipeline.talkers.kokoro import KokoroTalker
+from lab.commands import VOICES
+from lab.voices import TARGET_DBFS, mix, normalize_words, set_level, speech_bounds, telephone
+from lab.voices import _noise_track as noise_track
 
 RATE = 24000
 LEAD_S = 0.15
@@ -343,7 +343,7 @@ def _heard(pcm: np.ndarray, condition: str, seed: int) -> np.ndarray:
 
 
 def _root() -> Any:
-    from duplex.app.harness.voices import DEFAULT_ROOT
+    from lab.voices import DEFAULT_ROOT
 
     return DEFAULT_ROOT
 

@@ -2,7 +2,7 @@
 weighs there (the candidate transcript, Smart Turn's answer at each silence it may be
 asked at, the prosody), so an eagerness can be scored, and fitted, in a second.
 
-Recording runs the real listener offline (:func:`duplex.app.harness.offline.hear`)
+Recording runs the real listener offline (:func:`lab.offline.hear`)
 once per clip, made never to end a turn early so that it hears every pause; scoring
 then replays each pause's evidence through the real
 :class:`~duplex.app.core.listening.semantic.SemanticTurns` with the eagerness asked
@@ -25,10 +25,10 @@ import numpy as np
 from duplex.app.core.listening import EAGERNESS, Continued, Eagerness, SemanticTurns, SpeechPaused, Turn
 from duplex.app.core.settings import TurnDetection
 from duplex.app.core.units import ms_to_samples
-from duplex.app.harness.offline import EARS, Answers, hear
-from duplex.app.harness.prosody import Prosody, prosody
-from duplex.app.harness.voices import Clip, variant
 from duplex.pipeline.detectors.silero_vad import SileroVad
+from lab.offline import EARS, Answers, hear
+from lab.prosody import Prosody, prosody
+from lab.voices import Clip, variant
 
 RATE = 24000
 ASKS_MS = (100, 150, 200, 250, 300, 400)

@@ -1,4 +1,4 @@
-"""Percentiles for benchmark reports (their tables: :mod:`duplex.app.harness.tables`)."""
+"""Percentiles for benchmark reports (their tables: :mod:`lab.tables`)."""
 
 from __future__ import annotations
 

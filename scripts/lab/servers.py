@@ -19,8 +19,8 @@ from typing import IO, Any
 
 from duplex.app.edge.config import ServerConfig
 from duplex.app.edge.server import DuplexServer
-from duplex.app.harness.net import free_port
 from duplex.pipeline.backends import Backends
+from lab.net import free_port
 
 
 @asynccontextmanager

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from duplex.app.harness.voices import TARGET_DBFS, set_level, speech_bounds
 from duplex.pipeline.talker import SpeechRequest
 from duplex.pipeline.talkers.espeak import EspeakTalker
 from duplex.pipeline.talkers.hibari import HibariTalker
 from duplex.pipeline.talkers.kokoro import KokoroTalker
+from lab.voices import TARGET_DBFS, set_level, speech_bounds
 
 RATE = 24000
 PHRASES = (

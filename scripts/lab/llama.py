@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from duplex.app.harness.net import free_port
+from lab.net import free_port
 
 _SERVE = """
 import json, signal, sys, threading

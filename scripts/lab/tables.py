@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from duplex.app.harness.anchors import ANCHORS
-from duplex.app.harness.stats import median, pct
+from lab.anchors import ANCHORS
+from lab.stats import median, pct
 
 
 def spread(
