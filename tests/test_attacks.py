@@ -61,7 +61,7 @@ async def test_a_ping_flood_from_a_client_that_never_reads_is_dropped_with_memor
                 await asyncio.sleep(0)  # the server reads them (same loop)
     await until(lambda: not server.connections, 10, what="the flooding client dropped")
     # Dropped by the ping bound (tests/test_attacks_surfaces.py) long before the unsent bound.
-    assert 'duplex_refusals_total{kind="ping_flood"} 1' in server.metrics_text()
+    assert 'duplex_refusals_total{kind="ping_flood"} 1.0' in server.metrics_text()
     assert pings < 400_000, "refused, not left to grow"
     assert rss_kib(os.getpid()) - rss0 < 64 * 1024, "memory stayed bounded"
     ws.transport.abort()
@@ -205,7 +205,7 @@ async def test_new_sessions_are_refused_when_the_memory_budget_is_spent(make_ser
     with pytest.raises(websockets.InvalidStatus) as info:
         await websockets.connect(ws_url(server.port))
     assert info.value.response.status_code == 503
-    assert 'duplex_refusals_total{kind="memory"} 1' in server.metrics_text()
+    assert 'duplex_refusals_total{kind="memory"} 1.0' in server.metrics_text()
 
 
 async def test_memory_kept_with_no_session_is_not_counted_against_the_next_ones(make_server):
@@ -221,7 +221,7 @@ async def test_memory_kept_with_no_session_is_not_counted_against_the_next_ones(
     with pytest.raises(websockets.InvalidStatus) as info:
         await websockets.connect(ws_url(server.port))
     assert info.value.response.status_code == 503
-    assert 'duplex_refusals_total{kind="memory"} 1' in server.metrics_text()
+    assert 'duplex_refusals_total{kind="memory"} 1.0' in server.metrics_text()
     await b.close()
     del kept, more
 

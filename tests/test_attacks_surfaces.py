@@ -219,7 +219,7 @@ async def test_a_client_flooding_pings_is_closed_and_one_that_pings_in_bursts_is
                 await pong
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
     assert closed.value.rcvd.reason == "ping flood"
-    assert 'duplex_refusals_total{kind="ping_flood"} 1' in server.metrics_text()
+    assert 'duplex_refusals_total{kind="ping_flood"} 1.0' in server.metrics_text()
     assert (await calm.say("and still")) and server.connections, "the calm client stays"
     await calm.close()
 

@@ -64,7 +64,7 @@ async def test_api_key_from_header_query_or_subprotocol(make_server, caplog):
     )
     async with client.realtime.connect(model="duplex") as conn:
         assert (await conn.recv()).type == "session.created"
-    assert 'duplex_refusals_total{kind="unauthorized"} 2' in server.metrics_text()
+    assert 'duplex_refusals_total{kind="unauthorized"} 2.0' in server.metrics_text()
 
 
 async def test_origin_allow_list_stops_cross_site_pages(make_server):
@@ -170,7 +170,7 @@ async def test_a_client_that_stops_reading_is_closed_within_bounds(make_server):
     ):
         await ws.send(json.dumps(event))
     ws.transport.pause_reading()  # and never read again
-    stalled = 'duplex_refusals_total{kind="stalled"} 1'
+    stalled = 'duplex_refusals_total{kind="stalled"} 1.0'
     await until(lambda: stalled in server.metrics_text(), 30, what="the stall noticed")
     refused_at = asyncio.get_running_loop().time()
     await until(lambda: not server.connections, 30, what="the stalled client closed")
@@ -179,7 +179,7 @@ async def test_a_client_that_stops_reading_is_closed_within_bounds(make_server):
     bound = server.config.queues.talker_queue.max_bytes + server.config.queues.output_queue.max_bytes
     assert server.metrics.value("duplex_queue_high_water_bytes") <= bound
     assert stage_tasks() == []
-    assert 'duplex_refusals_total{kind="stalled"} 1' in server.metrics_text()
+    assert 'duplex_refusals_total{kind="stalled"} 1.0' in server.metrics_text()
     ws.transport.abort()
 
 
@@ -207,7 +207,7 @@ async def test_a_client_that_stops_reading_a_paced_reply_is_closed_soon_after(ma
     # The bytes in flight (the client's window, the server's fixed send buffer, the
     # write buffer) take seconds at the voice's pace, then the 1 s timeout.
     assert took < 20, f"closed {took:.1f} s after the client stopped reading"
-    assert 'duplex_refusals_total{kind="stalled"} 1' in server.metrics_text()
+    assert 'duplex_refusals_total{kind="stalled"} 1.0' in server.metrics_text()
     ws.transport.abort()
 
 
@@ -356,8 +356,8 @@ async def test_a_dead_recognition_worker_fails_one_turn_and_the_next_is_heard(ta
             assert len(heard) == 1 and "you today" in heard[0].event["transcript"], heard
             assert recognizer.pids() and dead not in recognizer.pids()
             metrics = server.metrics_text()
-            assert "duplex_recognition_failures_total 1\n" in metrics
-            assert "duplex_recognition_seconds_count 1\n" in metrics
+            assert "duplex_recognition_failures_total 1.0\n" in metrics
+            assert "duplex_recognition_seconds_count 1.0\n" in metrics
             await sim.client.close()
     finally:
         recognizer.close()
@@ -384,20 +384,46 @@ async def test_metrics_count_what_happened(server):
         lambda: urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics").read().decode()
     )
     for needle in (
-        "duplex_sessions 1",
-        'duplex_replies_total{status="completed"} 1',
-        'duplex_cancels_total{reason="client_cancelled"} 1',
-        'duplex_errors_total{code="invalid_json"} 1',
+        "duplex_sessions 1.0",
+        'duplex_replies_total{status="completed"} 1.0',
+        'duplex_cancels_total{reason="client_cancelled"} 1.0',
+        'duplex_errors_total{code="invalid_json"} 1.0',
         "duplex_bytes_in_total",
         "duplex_bytes_out_total",
         "duplex_queue_high_water_bytes",
         "duplex_stale_events_dropped_total",
-        "duplex_first_audio_seconds_count 2",
+        "duplex_first_audio_seconds_count 2.0",
         "duplex_tasks",
-        "duplex_loop_share_sessions 1",
+        "duplex_loop_share_sessions 1.0",
     ):
         assert needle in text, needle
     await c.close()
+
+
+def test_every_metric_is_declared_once_and_scraped_as_prometheus_reads_it():
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from duplex.app.edge.metrics import METRICS, Metrics
+
+    m = Metrics()
+    m.inc("duplex_refusals_total", kind="memory")
+    m.inc("duplex_refusals_total", 2, kind="memory")
+    m.high_water("duplex_queue_high_water_bytes", 300)
+    m.high_water("duplex_queue_high_water_bytes", 200)  # lower: the mark stays
+    m.count_to("duplex_turn_transcripts_total", 4, model="base.en")
+    m.count_to("duplex_turn_transcripts_total", 6, model="base.en")
+    m.observe("duplex_first_audio_seconds", 0.3)
+    families = {f.name: f for f in text_string_to_metric_families(m.render())}
+    # prometheus' parser names a counter's family without its _total
+    assert {f.name + ("_total" if f.type == "counter" else "") for f in families.values()} == set(METRICS)
+    assert all(families[n.removesuffix("_total")].documentation == spec.help for n, spec in METRICS.items())
+    assert m.value("duplex_refusals_total", kind="memory") == 3
+    assert m.value("duplex_queue_high_water_bytes") == 300
+    assert m.value("duplex_turn_transcripts_total", model="base.en") == 6
+    (first,) = [s for s in families["duplex_first_audio_seconds"].samples if s.name.endswith("_count")]
+    assert first.value == 1
+    with pytest.raises(KeyError):
+        m.inc("duplex_not_declared_total")
 
 
 def test_json_logs_carry_session_ids(capsys):

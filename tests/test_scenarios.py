@@ -160,8 +160,8 @@ async def test_the_default_server_counts_the_turns_each_whisper_heard(default_se
 
     def counts() -> dict[str, int]:
         metrics = default_server.http("/metrics").decode()
-        found = re.findall(r'^duplex_turn_transcripts_total\{model="([^"]+)"\} (\d+)$', metrics, re.M)
-        return {model: int(n) for model, n in found}
+        found = re.findall(r'^duplex_turn_transcripts_total\{model="([^"]+)"\} (\S+)$', metrics, re.M)
+        return {model: int(float(n)) for model, n in found}
 
     before = counts()
     clip = next(c for c in load_corpus().turns if c.split == "heldout")

@@ -1,88 +1,122 @@
-"""Server metrics in Prometheus' text format, for ``/metrics``."""
+"""Server metrics for ``/metrics``, kept by ``prometheus_client`` (the ecosystem's
+library: its text format, and the multiprocess mode several workers will need).
+
+``METRICS`` is the one list of what the server measures: each name once, with its
+kind, its label and what it means (the ``HELP`` line a scraper shows). A name not
+in it is a programming error, caught by the tests that drive the server.
+"""
 
 from __future__ import annotations
 
-import bisect
-from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Literal, TypeAlias
+
+import prometheus_client
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+# ``*_created`` series double every counter for a timestamp nobody here reads.
+prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 5.0)
 
 
-@dataclass
-class Histogram:
-    """Cumulative buckets of observed seconds, as Prometheus renders them."""
+@dataclass(frozen=True)
+class Metric:
+    """One metric: its kind, the label it is split by (if any) and what it counts."""
 
-    buckets: tuple[float, ...] = LATENCY_BUCKETS
-    counts: list[int] = field(default_factory=list)
-    total: float = 0.0
-    n: int = 0
+    kind: Literal["counter", "gauge", "histogram"]
+    help: str
+    label: str | None = None
 
-    def __post_init__(self) -> None:
-        self.counts = [0] * len(self.buckets)
 
-    def observe(self, value: float) -> None:
-        i = bisect.bisect_left(self.buckets, value)
-        if i < len(self.counts):
-            self.counts[i] += 1
-        self.total += value
-        self.n += 1
+METRICS: dict[str, Metric] = {
+    # Sessions and the loop.
+    "duplex_sessions": Metric("gauge", "sessions open now"),
+    "duplex_sessions_opened_total": Metric("counter", "sessions opened"),
+    "duplex_tasks": Metric("gauge", "asyncio tasks of the server's loop"),
+    "duplex_loop_share_sessions": Metric("gauge", "sessions the event loop's share is split among"),
+    "duplex_hearing_load": Metric("gauge", "share of the loop spent hearing microphones"),
+    "duplex_idle_trims": Metric("gauge", "times memory was given back after the last session left"),
+    "duplex_idle_trimmed": Metric("gauge", "1 once memory was given back since the last session opened"),
+    "duplex_refusals_total": Metric("counter", "connections or sessions refused or closed, by kind", "kind"),
+    "duplex_errors_total": Metric("counter", "error events sent, by code", "code"),
+    "duplex_bytes_in_total": Metric("counter", "bytes of client messages received"),
+    "duplex_bytes_out_total": Metric("counter", "bytes of server messages sent"),
+    # Replies.
+    "duplex_replies_total": Metric("counter", "replies done, by status", "status"),
+    "duplex_cancels_total": Metric("counter", "replies cancelled, by reason", "reason"),
+    "duplex_prepared_replies_total": Metric(
+        "counter", "replies made while a turn was decided: adopted, or dropped when the user went on", "outcome"
+    ),
+    "duplex_stale_events_dropped_total": Metric("counter", "events of a retired epoch dropped before sending"),
+    "duplex_queue_high_water_bytes": Metric("gauge", "most bytes a reply's talker and output queues held"),
+    "duplex_output_queue_high_water_chunks": Metric("gauge", "most chunks a reply's output queue held"),
+    "duplex_first_audio_seconds": Metric("histogram", "a reply's start to its first audio"),
+    "duplex_barge_in_pause_seconds": Metric("histogram", "speech onset over a reply to the pause, on the input clock"),
+    # Recognition.
+    "duplex_recognition_seconds": Metric("histogram", "a turn's wait for a recognition worker plus its decode"),
+    "duplex_recognition_failures_total": Metric("counter", "turn transcriptions that failed"),
+    "duplex_turn_transcripts_total": Metric("counter", "turn transcriptions, by the model that made them", "model"),
+}
 
-    def lines(self, name: str) -> list[str]:
-        out: list[str] = []
-        running = 0
-        for bound, count in zip(self.buckets, self.counts, strict=False):
-            running += count
-            out.append(f'{name}_bucket{{le="{bound}"}} {running}')
-        out += [f'{name}_bucket{{le="+Inf"}} {self.n}', f"{name}_sum {self.total:.6f}", f"{name}_count {self.n}"]
-        return out
+_Family: TypeAlias = Counter | Gauge | Histogram
 
 
 class Metrics:
-    """Counters, gauges and histograms the server keeps; one instance per server."""
+    """The server's metrics: one registry per server (two servers in one process, as
+    in the tests, count apart)."""
 
     def __init__(self) -> None:
-        self.counters: dict[str, float] = defaultdict(float)
-        self.labelled: dict[tuple[str, str, str], float] = defaultdict(float)
-        self.gauges: dict[str, float] = {}
-        self.histograms: dict[str, Histogram] = defaultdict(Histogram)
-        self.help: dict[str, str] = {}
+        self.registry = CollectorRegistry()
+        self._families: dict[str, _Family] = {}
+        for name, m in METRICS.items():
+            labels = (m.label,) if m.label else ()
+            if m.kind == "counter":
+                self._families[name] = Counter(name, m.help, labels, registry=self.registry)
+            elif m.kind == "gauge":
+                self._families[name] = Gauge(name, m.help, labels, registry=self.registry)
+            else:
+                self._families[name] = Histogram(name, m.help, labels, registry=self.registry, buckets=LATENCY_BUCKETS)
+
+    def _of(self, name: str, label: dict[str, str]) -> _Family:
+        family = self._families[name]
+        return family.labels(**label) if label else family
 
     def inc(self, name: str, value: float = 1.0, **label: str) -> None:
-        if label:
-            ((k, v),) = label.items()
-            self.labelled[(name, k, v)] += value
-        else:
-            self.counters[name] += value
+        """Add to a counter."""
+        counter = self._of(name, label)
+        assert isinstance(counter, Counter), name
+        counter.inc(value)
+
+    def count_to(self, name: str, total: float, **label: str) -> None:
+        """Bring a counter kept elsewhere (a backend's own tally) up to ``total``."""
+        ahead = total - self.value(name, **label)
+        if ahead > 0:
+            self.inc(name, ahead, **label)
 
     def set(self, name: str, value: float) -> None:
-        self.gauges[name] = value
+        """Set a gauge."""
+        gauge = self._of(name, {})
+        assert isinstance(gauge, Gauge), name
+        gauge.set(value)
 
     def high_water(self, name: str, value: float) -> None:
-        self.gauges[name] = max(self.gauges.get(name, 0.0), value)
+        """Raise a gauge to ``value`` if that is higher."""
+        if value > self.value(name):
+            self.set(name, value)
 
     def observe(self, name: str, seconds: float) -> None:
-        self.histograms[name].observe(seconds)
+        """Put an observation in a histogram."""
+        histogram = self._of(name, {})
+        assert isinstance(histogram, Histogram), name
+        histogram.observe(seconds)
 
     def value(self, name: str, **label: str) -> float:
         """A counter's or gauge's current value (0 if never set)."""
-        if label:
-            ((k, v),) = label.items()
-            return self.labelled.get((name, k, v), 0.0)
-        return self.counters.get(name, self.gauges.get(name, 0.0))
+        assert name in METRICS, name
+        found = self.registry.get_sample_value(name, label)
+        return 0.0 if found is None else found
 
     def render(self) -> str:
-        lines: list[str] = []
-        for name, value in sorted(self.counters.items()):
-            lines += [f"# TYPE {name} counter", f"{name} {value:g}"]
-        seen: set[str] = set()
-        for (name, k, v), value in sorted(self.labelled.items()):
-            if name not in seen:
-                lines.append(f"# TYPE {name} counter")
-                seen.add(name)
-            lines.append(f'{name}{{{k}="{v}"}} {value:g}')
-        for name, value in sorted(self.gauges.items()):
-            lines += [f"# TYPE {name} gauge", f"{name} {value:g}"]
-        for name, hist in sorted(self.histograms.items()):
-            lines += [f"# TYPE {name} histogram", *hist.lines(name)]
-        return "\n".join(lines) + "\n"
+        """Prometheus' text format."""
+        return generate_latest(self.registry).decode()

@@ -199,7 +199,7 @@ class DuplexServer:
         m.set("duplex_idle_trimmed", int(self.trimmed))
         turns = getattr(self.backends.recognizer, "turns", None)  # a recogniser with models to choose from
         for model, n in (turns or {}).items():
-            m.labelled[("duplex_turn_transcripts_total", "model", model)] = n
+            m.count_to("duplex_turn_transcripts_total", n, model=model)
         return m.render()
 
     def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
@@ -268,7 +268,7 @@ class DuplexServer:
         conn = Connection(self, ws, BETA if beta else GA, extensions=extensions)
         self.connections.add(conn)
         self.trimmed = False
-        self.metrics.inc("duplex_sessions_total")
+        self.metrics.inc("duplex_sessions_opened_total")
         log.info("session opened", extra={"session": conn.session.id})
         try:
             await conn.run()
