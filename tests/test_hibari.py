@@ -19,7 +19,7 @@ import pytest
 from duplex.pipeline.stages import ReplyStages
 from duplex.pipeline.stream import ChunkEvent
 from duplex.pipeline.talker import SpeechRequest, TalkerChunk
-from duplex.pipeline.talkers import hibari
+from duplex.pipeline.talkers import hibari, router
 from duplex.pipeline.talkers.espeak import EspeakTalker
 from duplex.pipeline.talkers.hibari import HibariModel, HibariRuntime, HibariTalker
 from duplex.pipeline.talkers.kokoro import KokoroRuntime, KokoroTalker
@@ -225,7 +225,7 @@ async def test_a_reply_keeps_its_voice_however_many_replies_begin_and_end_meanwh
     # Issue 42 #1: the reply's voice was forgotten once REPLIES_KEPT other replies had
     # spoken, and its next segment, routed afresh with the voice full, came at eSpeak's rate.
     talker = HibariTalker(runtime, EspeakTalker(espeak_runtime))
-    monkeypatch.setattr(hibari, "REPLIES_KEPT", 4)
+    monkeypatch.setattr(router, "REPLIES_KEPT", 4)
     assert (await speak(talker, SENTENCES[0], rid="long"))[0].audio.owner == "hibari"
     for n in range(8):  # other replies, each through the stages that end it
         stages = ReplyStages(talker, PcmVocoder(), SpeechRequest(f"other{n}", "Hi."), epoch=1, output_rate=hibari.RATE)

@@ -27,7 +27,6 @@ import contextlib
 import logging
 import re
 import threading
-from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal, cast
@@ -38,13 +37,13 @@ from duplex.pipeline.arena import shrinking
 from duplex.pipeline.talker import (
     DEFAULT_VOICE,
     OPENAI_VOICES,
-    REPLIES_KEPT,
     SpeechRequest,
     TalkerChunk,
     is_openai_voice,
 )
 from duplex.pipeline.talkers import espeak
 from duplex.pipeline.talkers.pool import Cancelled, Capacity, Job, SynthesisPool
+from duplex.pipeline.talkers.router import Choice, Routed, Router
 from duplex.pipeline.talkers.segments import FIRST_WORDS, speech_chunks
 from duplex.pipeline.weights import PackagedFile
 
@@ -182,15 +181,6 @@ class HibariRuntime(Capacity):
         self.pool.close()
 
 
-@dataclass(slots=True)
-class _Reply:
-    """A reply's voice (decided once) and how much of it has been spoken."""
-
-    route: Route
-    voice: str | None
-    spoken: int = 0
-
-
 class HibariTalker:
     """The default talker: hibari's voice for ``alloy``, Kokoro's voices for the other
     names (if given), eSpeak NG as ``espeak:<voice>`` and beyond capacity."""
@@ -213,12 +203,18 @@ class HibariTalker:
         self.fallback = fallback or espeak.EspeakTalker()
         self.kokoro = kokoro
         self.default_voice = default_voice
-        self.fallbacks = 0
-        """Replies spoken with eSpeak NG because this voice was at capacity."""
-        self.overflows = 0
-        """Replies asked of Kokoro that this voice spoke because Kokoro was at capacity."""
-        self._replies: OrderedDict[str, _Reply] = OrderedDict()
+        self.router = Router()
         self.check_voice(default_voice)
+
+    @property
+    def fallbacks(self) -> int:
+        """Replies spoken with eSpeak NG because a neural voice was at capacity."""
+        return self.router.to("espeak")
+
+    @property
+    def overflows(self) -> int:
+        """Replies asked of Kokoro that this voice spoke because Kokoro was at capacity."""
+        return self.router.stepped[("kokoro", "hibari")]
 
     def names(self) -> list[str]:
         """The voice names besides eSpeak NG's: this voice's, then Kokoro's (OpenAI's names
@@ -246,40 +242,25 @@ class HibariTalker:
     def voices(self) -> list[str]:
         return [*self.names(), *(ESPEAK_PREFIX + v for v in self.fallback.voices())]
 
-    def _reply(self, request_id: str, voice: str) -> _Reply:
-        reply = self._replies.get(request_id)
-        if reply is not None:
-            self._replies.move_to_end(request_id)
-            return reply
+    def _chain(self, voice: str) -> list[Choice]:
+        """Where a reply asked of ``voice`` may speak, the wanted voice first."""
+        espeak_voice = voice if is_openai_voice(voice) else DEFAULT_VOICE
         route = self._route(voice)
-        chosen: str | None = voice
+        if route == "espeak":
+            return [Choice("espeak", voice.removeprefix(ESPEAK_PREFIX))]
+        chain = [Choice("hibari", VOICE, self.runtime), Choice("espeak", espeak_voice)]
         if route == "kokoro" and self.kokoro is not None:
-            rt = self.kokoro.runtime
-            if rt.full:
-                route, chosen = "hibari", VOICE
-                self.overflows += 1
-                log.info("Kokoro is making %d pieces (its capacity): this one speaks with hibari", rt.making)
-        if route == "hibari" and self.runtime.full:
-            self.fallbacks += 1
-            log.warning(
-                "the neural voice is making %d sentences (its capacity): this one speaks with eSpeak NG",
-                self.runtime.making,
-                extra={"response": request_id},
-            )
-            route, chosen = "espeak", ESPEAK_PREFIX + (voice if is_openai_voice(voice) else DEFAULT_VOICE)
-        reply = self._replies[request_id] = _Reply(route, chosen)
-        while len(self._replies) > REPLIES_KEPT:
-            self._replies.popitem(last=False)
-        return reply
+            chain.insert(0, Choice("kokoro", voice, self.kokoro.runtime))
+        return chain
 
     async def speak(self, request: SpeechRequest) -> AsyncIterator[TalkerChunk]:
         """Stream the request's audio sentence by sentence, with estimated word positions.
         A reply's text segments (one request each, the same ``request_id``) keep one voice."""
-        reply = self._reply(request.request_id, request.voice or self.default_voice)
+        voice = request.voice or self.default_voice
+        reply = self.router.reply(request.request_id, lambda: self._chain(voice))
         source: AsyncIterator[TalkerChunk]
         if reply.route == "espeak":
-            assert reply.voice is not None
-            source = self.fallback.speak(replace(request, voice=reply.voice.removeprefix(ESPEAK_PREFIX)))
+            source = self.fallback.speak(replace(request, voice=reply.voice))
         elif reply.route == "kokoro":
             assert self.kokoro is not None
             source = self.kokoro.speak(replace(request, voice=reply.voice))
@@ -290,7 +271,7 @@ class HibariTalker:
             async for chunk in source:
                 yield chunk
 
-    async def _speak(self, request: SpeechRequest, reply: _Reply) -> AsyncIterator[TalkerChunk]:
+    async def _speak(self, request: SpeechRequest, reply: Routed) -> AsyncIterator[TalkerChunk]:
         loop = asyncio.get_running_loop()
         speed = float(min(2.0, max(0.5, request.speed)))
         pieces = espeak.split_for_speech(request.text, MAX_CHARS)
@@ -337,7 +318,7 @@ class HibariTalker:
 
     def release(self, request_id: str) -> None:
         """The reply is over: its voice is chosen afresh if the id ever comes again."""
-        self._replies.pop(request_id, None)
+        self.router.release(request_id)
         if self.kokoro is not None:
             self.kokoro.release(request_id)
 

@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
-from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, replace
 from typing import Any, cast
@@ -37,7 +35,6 @@ import numpy as np
 from duplex.pipeline.niceness import built_at
 from duplex.pipeline.talker import (
     DEFAULT_VOICE,
-    REPLIES_KEPT,
     OpenAIVoice,
     SpeechRequest,
     TalkerChunk,
@@ -46,9 +43,8 @@ from duplex.pipeline.talker import (
 from duplex.pipeline.talkers import espeak
 from duplex.pipeline.talkers.kokoro_model import MODEL_SHA256, VOICES, KokoroModel
 from duplex.pipeline.talkers.pool import Cancelled, Capacity, Job, SynthesisPool
+from duplex.pipeline.talkers.router import Choice, Routed, Router
 from duplex.pipeline.talkers.segments import speech_chunks, split_segments
-
-log = logging.getLogger("duplex.voice")
 
 RATE = 24000
 CHUNK = RATE // 10
@@ -142,14 +138,6 @@ class KokoroRuntime(Capacity):
         self.pool.close()
 
 
-@dataclass(slots=True)
-class _Reply:
-    """A reply's voice and how much of it has been spoken, across its text segments."""
-
-    neural: bool
-    spoken: int = 0
-
-
 class KokoroTalker:
     """Kokoro-82M voices (24 kHz PCM16), with eSpeak NG as ``espeak:<voice>`` and as the
     fallback when the CPU is full."""
@@ -170,10 +158,13 @@ class KokoroTalker:
         self._own_fallback = fallback is None
         self.fallback = fallback or espeak.EspeakTalker()
         self.default_voice = default_voice
-        self.fallbacks = 0
-        """Replies spoken with eSpeak NG because the neural voice was at capacity."""
-        self._replies: OrderedDict[str, _Reply] = OrderedDict()
+        self.router = Router()
         self.check_voice(default_voice)
+
+    @property
+    def fallbacks(self) -> int:
+        """Replies spoken with eSpeak NG because the neural voice was at capacity."""
+        return self.router.to("espeak")
 
     def resolve_voice(self, voice: str | None) -> str:
         """An OpenAI voice name, a Kokoro voice, or ``espeak:<voice>`` (returned as is)."""
@@ -199,8 +190,8 @@ class KokoroTalker:
         voice = self.resolve_voice(request.voice)
         if voice.startswith(ESPEAK_PREFIX):
             source = self.fallback.speak(replace(request, voice=voice.removeprefix(ESPEAK_PREFIX)))
-        elif not (reply := self._reply(request.request_id)).neural:
-            source = self.fallback.speak(replace(request, voice=self._espeak_voice(voice)))
+        elif (reply := self.router.reply(request.request_id, lambda: self._chain(voice))).route == "espeak":
+            source = self.fallback.speak(replace(request, voice=reply.voice))
         else:
             source = self._speak(request, voice, reply)
         # Closed here, not whenever it is collected: a cancel frees its work at once.
@@ -208,30 +199,16 @@ class KokoroTalker:
             async for chunk in source:
                 yield chunk
 
-    def _reply(self, request_id: str) -> _Reply:
-        reply = self._replies.get(request_id)
-        if reply is not None:
-            self._replies.move_to_end(request_id)
-            return reply
-        reply = _Reply(neural=not self.runtime.full)
-        if not reply.neural:
-            self.fallbacks += 1
-            log.warning(
-                "the neural voice is making %d segments (its capacity): this one speaks with eSpeak NG",
-                self.runtime.making,
-                extra={"response": request_id},
-            )
-        self._replies[request_id] = reply
-        while len(self._replies) > REPLIES_KEPT:
-            self._replies.popitem(last=False)
-        return reply
+    def _chain(self, voice: str) -> list[Choice]:
+        """A Kokoro voice while Kokoro has room, else eSpeak NG."""
+        return [Choice("kokoro", voice, self.runtime), Choice("espeak", self._espeak_voice(voice))]
 
     @staticmethod
     def _espeak_voice(voice: str) -> str | None:
         """The eSpeak NG voice standing in for a Kokoro one (by its OpenAI name)."""
         return next((name for name, v in VOICE_ALIASES.items() if v == voice), None)
 
-    async def _speak(self, request: SpeechRequest, voice: str, reply: _Reply) -> AsyncIterator[TalkerChunk]:
+    async def _speak(self, request: SpeechRequest, voice: str, reply: Routed) -> AsyncIterator[TalkerChunk]:
         loop = asyncio.get_running_loop()
         speed = float(min(2.0, max(0.5, request.speed)))
         segments = split_segments(request.text, reply.spoken)
@@ -277,7 +254,7 @@ class KokoroTalker:
 
     def release(self, request_id: str) -> None:
         """The reply is over: its voice is chosen afresh if the id ever comes again."""
-        self._replies.pop(request_id, None)
+        self.router.release(request_id)
 
     def shrink(self) -> None:
         """Give back what the voice's arena holds beyond the runs in progress."""
