@@ -28,15 +28,16 @@ class StateHandle:
     checkpoint are not the same state."""
     layout_version: int = STATE_LAYOUT_VERSION
     epoch: int = 0
-    """Bumped on every cancel; state of a lower epoch is stale."""
+    """The first of the session's epochs this state is live in (moved on by every cancel,
+    to the epoch after the cancelled one); state of a lower epoch is stale."""
     replayable: bool = True
     """The state can be rebuilt by re-submitting the conversation's text."""
     migratable: bool = False
     """Never assumed: moving state between backends needs a measured conversion."""
 
-    def next_epoch(self) -> StateHandle:
-        """The handle after a cancel."""
-        return replace(self, epoch=self.epoch + 1)
+    def after(self, epoch: int) -> StateHandle:
+        """The handle once ``epoch`` (and every epoch before it) is cancelled."""
+        return replace(self, epoch=max(self.epoch, epoch + 1))
 
     def accepts(self, other: StateHandle) -> bool:
         """Whether a request carrying ``other`` may continue this state."""

@@ -48,11 +48,11 @@ def test_state_handle_accepts_only_its_own_state():
     assert h.accepts(h)
     assert not h.accepts(StateHandle("s1", "vllm", "model@def")), "another artifact"
     assert not h.accepts(StateHandle("s1", "vllm", "model@abc", layout_version=2)), "another layout"
-    assert not h.accepts(h.next_epoch()), "a later epoch"
+    assert not h.accepts(h.after(0)), "a later epoch"
     assert not h.accepts(StateHandle("s2", "vllm", "model@abc"))
     with pytest.raises(StateMismatch, match="artifact_id"):
         h.check(StateHandle("s1", "vllm", "model@def"))
-    assert h.next_epoch().epoch == 1 and not h.migratable
+    assert h.after(3).epoch == 4 and h.after(3).after(1).epoch == 4 and not h.migratable
     assert json.dumps(h.to_dict())
 
 

@@ -156,7 +156,7 @@ def test_a_prepared_reply_is_adopted_only_for_an_equal_plan_whichever_field_diff
     from duplex.pipeline.state import StateHandle
 
     plan = ReplyPlan(({"role": "user", "content": "hi"},), "alloy", 1.0, 24000)
-    run = Run(stages=None, prepared=PrepareReply(plan))  # type: ignore[arg-type]  # (serves reads the plan only)
+    run = Run(stages=None, prepared=PrepareReply(plan, 2))  # type: ignore[arg-type]  # (serves reads the plan only)
     assert run.serves(StartReply("resp_1", 3, plan)), "the same reply, whatever its id and epoch"
     others = {
         "messages": (),
@@ -166,7 +166,7 @@ def test_a_prepared_reply_is_adopted_only_for_an_equal_plan_whichever_field_diff
         "audio": False,
         "tools": ({"type": "function", "name": "f"},),
         "tool_choice": "required",
-        "state": StateHandle("sess_x", "test", "none").next_epoch(),
+        "state": StateHandle("sess_x", "test", "none").after(0),
         "max_tokens": 20,
         "temperature": 1.1,
     }

@@ -137,6 +137,8 @@ class PrepareReply:
     adopts it; a newer one, or :class:`DropPrepared`, discards it."""
 
     plan: ReplyPlan
+    epoch: int
+    """The epoch its stages run in until a reply adopts it (then they are the reply's)."""
 
 
 @dataclass(frozen=True, slots=True)

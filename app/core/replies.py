@@ -128,6 +128,9 @@ class Replies:
         self.playing: Reply | None = None
         """The latest reply with audio (it may still be playing, or be heard, or cut)."""
         self.epoch = 0
+        """The session's epoch: the one counter, moved on by every reply and every prepared
+        reply (each runs in its own, and a cancel retires it); the state handle records
+        the first live one."""
 
     @property
     def active(self) -> Reply | None:
@@ -276,7 +279,7 @@ class Replies:
 
     def cancel(self, r: Reply, reason: str) -> Output:
         """Retire the reply's epoch and end it as cancelled."""
-        self.state = self.state.next_epoch()
+        self.state = self.state.after(r.epoch)
         details = {"type": "cancelled", "reason": reason}
         return [CancelReply(r.id, r.epoch, reason), *self.finish(r, "cancelled", details)]
 
@@ -391,7 +394,8 @@ class Replies:
     def prepare(self, messages: tuple[Message, ...], options: ResponseOptions) -> PrepareReply:
         """What :meth:`begin` would start for ``messages``, to start it before the turn
         is confirmed (the edge adopts it if :meth:`begin` then asks for the same)."""
-        return PrepareReply(self.plan(messages, options))
+        self.epoch += 1
+        return PrepareReply(self.plan(messages, options), self.epoch)
 
     def pause(self, onset: int, input_samples: int, now: float) -> list[ServerEvent]:
         """Speech began at input sample ``onset`` (decided at ``input_samples``): duck the

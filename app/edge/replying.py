@@ -30,9 +30,6 @@ from duplex.pipeline.thinker import ThinkRequest
 
 log = logging.getLogger("duplex.server")
 
-PREPARED_EPOCHS = 1 << 40
-"""Prepared replies' stages run in epochs from here (a session's count from 1)."""
-
 
 class ReplyEnded(Exception):
     """The session ended the reply from the sink's side (a limit): stop its stages."""
@@ -93,7 +90,6 @@ class Replying:
         self.c = ctx
         self.current: Run | None = None
         self._prepared: Run | None = None
-        self._prepared_n = 0
         self._prefills = 0
 
     def _stages(self, plan: ReplyPlan, request_id: str, epoch: int) -> ReplyStages:
@@ -128,11 +124,9 @@ class Replying:
     def prepare(self, action: PrepareReply) -> None:
         """Start a reply the turn may need, unheard (see :class:`Run`)."""
         self.drop_prepared()
-        self._prepared_n += 1
-        # Its own epochs, far above the session's (streams refuse epochs below their lowest live one).
-        # Its own request id too: a talker keeps a reply's voice and progress by request id.
-        rid = f"prepared-{self.c.session_id}-{self._prepared_n}"
-        stages = self._stages(action.plan, rid, PREPARED_EPOCHS + self._prepared_n)
+        # Its own request id: a talker keeps a reply's voice and progress by request id.
+        rid = f"prepared-{self.c.session_id}-{action.epoch}"
+        stages = self._stages(action.plan, rid, action.epoch)
         run = Run(stages, prepared=action)
         run.task = self.c.spawn(self._run(run), "prepared")
         self._prepared = run
