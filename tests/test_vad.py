@@ -59,7 +59,7 @@ def test_speech_over_a_reply_begins_where_the_voice_began_on_real_voices(vad_mod
     """Barge-in truncation is only as good as the onset: on the held-out turns of the
     natural-voice set (many synthesis families and human recordings), over a reply,
     the onset is within 50 ms of the corpus's true onset for nearly all of them. Decided
-    where Silero became sure, it was for 68% (median +24 ms; docs/benchmarks.md)."""
+    where Silero became sure, it was for 68% (median +24 ms; docs/benchmarks-history.md)."""
     clips = [c for c in load_corpus().split("heldout") if c.kind == "turn"]
     assert len(clips) >= 30
     errors = []

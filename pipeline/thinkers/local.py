@@ -76,7 +76,7 @@ llama.cpp's default, 8 GiB, grew the server ~10 MB a conversation. This holds ~2
 
 NICE = 0
 """llama.cpp's threads run at the listening's priority: at nice 5 first audio came ~0.1 s
-later, and at 0 a barge-in is heard as soon as with the echo (docs/benchmarks.md, "Nice 0")."""
+later, and at 0 a barge-in is heard as soon as with the echo (docs/benchmarks-history.md, "Nice 0")."""
 
 
 class LocalChatThinker:

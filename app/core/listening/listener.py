@@ -59,7 +59,7 @@ PARTIAL_EVERY_MS = 400
 JUDGE_EVERY_MS = 100
 """...while the speech is over a ducked reply: its first words decide whether the reply is
 cancelled, so they are asked for sooner (an interruption silences the reply sooner; see
-docs/benchmarks.md, "Asked as soon as the audio is in hand"). A slow CPU asks no more often
+docs/benchmarks-history.md, "Asked as soon as the audio is in hand"). A slow CPU asks no more often
 than it decodes: a session's partials wait in a lane of their own, one at a time, the
 newest replacing the one not yet begun."""
 JUDGE_FROM_MS = 200

@@ -29,7 +29,7 @@ from duplex.pipeline.voice_activity import VadWindow
 
 LEAN = 0.05
 """Below this a window is silence, however it rises (fitted on the tuning part: 0.05,
-0.15 and 0.25 tried; docs/benchmarks.md, "Where the user began")."""
+0.15 and 0.25 tried; docs/benchmarks-history.md, "Where the user began")."""
 BACK_MS = 200
 """How far back an onset may move (six 32 ms windows)."""
 LIFT_DB = 20.0
