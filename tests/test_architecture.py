@@ -165,3 +165,53 @@ def test_the_sub_rooms_are_there_and_used_through_their_front():
     for room in SUB_ROOMS:
         assert any(m.startswith(room + ".") for m in g), f"{room} has parts"
         assert any(room in deps for m, deps in g.items() if not m.startswith(room)), f"{room} is entered"
+
+
+# The core's door: the modules the edge may import of it. The session is the one way in
+# (what arrived, what was played; back come events, actions and verdicts); the rest of
+# the core (replies, turn taking, intake, transcripts, pacing, the state tables) is
+# reached only through it.
+CORE_DOOR = (
+    "duplex.app.core.session",
+    "duplex.app.core.actions",
+    "duplex.app.core.events",
+    "duplex.app.core.protocol",
+    "duplex.app.core.wire",
+    "duplex.app.core.settings",
+    "duplex.app.core.limits",
+    "duplex.app.core.listening",  # its front only (the sub-room test keeps it so)
+)
+SESSION_PARTS = {"replies", "turn_taking", "intake", "clock", "ctx", "conversation"}
+NO_IO = {"asyncio", "socket", "websockets", "httpx", "threading", "subprocess", "concurrent", "time", "selectors"}
+
+
+def test_the_edge_enters_the_core_by_its_door_and_goes_no_further():
+    wrong = []
+    for module, deps in graph().items():
+        if module.startswith("duplex.app.edge"):
+            core = [d for d in deps if d.startswith("duplex.app.core")]
+            wrong += [f"{module} -> {d}" for d in core if d not in CORE_DOOR and not d.startswith(CORE_DOOR[-1])]
+    for path in sorted((ROOT / "app" / "edge").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr in SESSION_PARTS:
+                base = node.value
+                name = base.attr if isinstance(base, ast.Attribute) else getattr(base, "id", "")
+                if name == "session":  # session.replies, self.session.clock, ...
+                    wrong.append(f"{path.name}:{node.lineno}: session.{node.attr}")
+    assert wrong == []
+
+
+def test_the_core_does_no_io():
+    wrong = []
+    for name, path in modules().items():
+        if not name.startswith("duplex.app.core"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                found = [node.module or ""]
+            else:
+                continue
+            wrong += [f"{name} -> {m}" for m in found if m.split(".")[0] in NO_IO]
+    assert wrong == []

@@ -43,7 +43,7 @@ def test_a_client_item_cannot_take_the_id_of_a_reply_message_still_to_be_announc
     out = wire(s.feed(ev("conversation.item.create", item=text_item("mine", id=promised)), 0.1))
     assert [o["type"] for o in out] == ["error"] and out[0]["error"]["code"] == "duplicate_item_id"
     words = OutputChunk(AudioBuffer.pcm(np.zeros(2400, np.int16), 24000, "engine"), 0, text="Hello.")
-    out = wire(s.on_output(ChunkEvent(start.response_id, 2, 0, start.epoch, "talker", words), 0.2))
+    out = wire(s.on_output(ChunkEvent(start.response_id, 2, 0, start.epoch, "talker", words), 0.2).events)
     added = [o for o in out if o["type"] == "conversation.item.added"]
     assert [o["item"]["id"] for o in added] == [promised], "the reply's message came with the id it was given"
     done = wire(s.on_reply_finished(start.response_id, 0.3))

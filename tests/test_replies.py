@@ -70,8 +70,8 @@ def begin(r: Replies) -> StartReply:
 def test_a_reply_streams_numbered_deltas_and_its_transcript_follows_the_audio():
     r = replies(pacing=replace(SessionSettings().pacing, enabled=False))
     start = begin(r)
-    first = r.on_output(chunk(start, 0, 0, words=[WordMark(0, 5, 0)], text="Hello world"), 0.0)
-    second = r.on_output(chunk(start, 1, 2400, words=[WordMark(6, 11, 2400)]), 0.0)
+    first = r.on_output(chunk(start, 0, 0, words=[WordMark(0, 5, 0)], text="Hello world"), 0.0).events
+    second = r.on_output(chunk(start, 1, 2400, words=[WordMark(6, 11, 2400)]), 0.0).events
     deltas = [e for e in first + second if isinstance(e, AudioDelta)]
     assert [(d.seq, d.epoch, d.audio_start_ms) for d in deltas] == [(0, 1, 0), (1, 1, 100)]
     said = [e.delta for e in first + second if isinstance(e, AudioTranscriptDelta)]
@@ -97,7 +97,7 @@ def test_a_cancelled_epoch_is_fenced():
     assert isinstance(out[0], CancelReply) and out[0].epoch == start.epoch
     assert isinstance(out[-1], ResponseDone) and out[-1].response.status == "cancelled"
     late = chunk(start, 1, 2400)
-    assert not r.current(late) and r.on_output(late, 0.0) == []
+    assert not r.current(late) and r.on_output(late, 0.0).stale
     assert r.state.epoch == start.epoch + 1, "the backend state handle moves past the cancelled epoch"
 
 
@@ -145,9 +145,10 @@ def test_a_reply_that_reaches_the_length_limit_ends_incomplete():
     r.ctx.limits = SessionLimits(max_reply_s=0.2)
     start = begin(r)
     first = r.on_output(chunk(start, 0, 0), 0.0)  # 100 ms: under the limit
-    assert not any(isinstance(e, ResponseDone) for e in first)
-    out = r.on_output(chunk(start, 1, 2400), 0.0)  # 200 ms: the limit
-    done = out[-1]
+    assert first.goes_on and not any(isinstance(e, ResponseDone) for e in first.events)
+    last = r.on_output(chunk(start, 1, 2400), 0.0)  # 200 ms: the limit
+    assert not last.goes_on and not last.stale, "its events go out, then its stages stop"
+    done = last.events[-1]
     assert isinstance(done, ResponseDone) and done.response.status == "incomplete"
     assert done.response.status_details == {"type": "incomplete", "reason": "max_output_tokens"}
     assert r.active is None

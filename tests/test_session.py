@@ -53,27 +53,31 @@ def start_reply(s: Session, text: str = "one two three") -> StartReply:
 def test_cancel_retires_the_epoch_before_anything_else():
     s = Session("sess_test", 0.0)
     a = start_reply(s)
-    assert s.on_output(chunk(a.response_id, a.epoch, 0, 0), 0.0)
+    assert s.on_output(chunk(a.response_id, a.epoch, 0, 0), 0.0).events
     out = wire(s.feed(ev("response.cancel"), 0.0))
     assert isinstance(out[0], CancelReply) and out[0].epoch == a.epoch
     assert out[-1]["type"] == "response.done" and out[-1]["response"]["status"] == "cancelled"
     # Audio of the cancelled epoch that was already in flight produces nothing.
     late = chunk(a.response_id, a.epoch, 1, 2400)
     assert not s.replies.current(late)
-    assert s.on_output(late, 0.0) == []
+    assert s.on_output(late, 0.0).events == []
     assert s.on_reply_finished(a.response_id, 0.0) == [], "response.done is sent once"
     b = start_reply(s, "next")
     assert b.epoch == a.epoch + 1
-    assert s.on_output(chunk(a.response_id, a.epoch, 2, 4800), 0.0) == []
+    assert s.on_output(chunk(a.response_id, a.epoch, 2, 4800), 0.0).events == []
 
 
 def test_transcript_follows_the_audio_sent():
     s = Session("sess_test", 0.0)
     a = start_reply(s, "one two three")
-    out = wire(s.on_output(chunk(a.response_id, a.epoch, 0, 0, words=[WordMark(0, 3, 0)], text="one two three"), 0.0))
+    out = wire(
+        s.on_output(chunk(a.response_id, a.epoch, 0, 0, words=[WordMark(0, 3, 0)], text="one two three"), 0.0).events
+    )
     assert [e["delta"] for e in out if e["type"] == "response.output_audio_transcript.delta"] == ["one"]
     out = wire(
-        s.on_output(chunk(a.response_id, a.epoch, 1, 2400, words=[WordMark(4, 7, 3000), WordMark(8, 13, 4000)]), 0.0)
+        s.on_output(
+            chunk(a.response_id, a.epoch, 1, 2400, words=[WordMark(4, 7, 3000), WordMark(8, 13, 4000)]), 0.0
+        ).events
     )
     assert [e["delta"] for e in out if e["type"] == "response.output_audio_transcript.delta"] == [" two three"]
     done = wire(s.on_reply_finished(a.response_id, 0.0))

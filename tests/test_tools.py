@@ -61,9 +61,13 @@ def test_a_reply_that_only_calls_a_function_has_no_message_item():
     assert _types(wire(out)) == ["response.created"], "the message waits for something to say"
     rid, epoch = start.response_id, start.epoch
     call = ToolCallDelta(0, "call_1", "get_weather")
-    out = wire(s.on_output(_call_chunk(rid, epoch, 0, call), 0.1))
-    out += wire(s.on_output(_call_chunk(rid, epoch, 1, ToolCallDelta(0, "call_1", "get_weather", '{"city": ')), 0.1))
-    out += wire(s.on_output(_call_chunk(rid, epoch, 2, ToolCallDelta(0, "call_1", "get_weather", '"Oslo"}')), 0.1))
+    out = wire(s.on_output(_call_chunk(rid, epoch, 0, call), 0.1).events)
+    out += wire(
+        s.on_output(_call_chunk(rid, epoch, 1, ToolCallDelta(0, "call_1", "get_weather", '{"city": ')), 0.1).events
+    )
+    out += wire(
+        s.on_output(_call_chunk(rid, epoch, 2, ToolCallDelta(0, "call_1", "get_weather", '"Oslo"}')), 0.1).events
+    )
     out += wire(s.on_reply_finished(rid, 0.2))
     assert _types(out) == [
         "response.output_item.added",
@@ -114,8 +118,8 @@ def test_words_then_a_call_make_two_output_items_in_order():
     rid, epoch = start.response_id, start.epoch
     empty = AudioBuffer.pcm(np.zeros(0, np.int16), 24000, "engine")
     said = ChunkEvent(rid, 2, 0, epoch, "text", OutputChunk(empty, 0, text="Let me look. "))
-    out = wire(s.on_output(said, 0.1))
-    out += wire(s.on_output(_call_chunk(rid, epoch, 1, ToolCallDelta(0, "call_2", "get_weather", "{}")), 0.1))
+    out = wire(s.on_output(said, 0.1).events)
+    out += wire(s.on_output(_call_chunk(rid, epoch, 1, ToolCallDelta(0, "call_2", "get_weather", "{}")), 0.1).events)
     out += wire(s.on_reply_finished(rid, 0.2))
     added = [o for o in out if o["type"] == "response.output_item.added"]
     assert [(a["output_index"], a["item"]["type"]) for a in added] == [(0, "message"), (1, "function_call")]

@@ -11,6 +11,7 @@ from typing import Literal
 
 import numpy as np
 
+from duplex.app.core.events import ServerEvent
 from duplex.pipeline.state import StateHandle
 from duplex.pipeline.talker import SpeechRequest
 from duplex.pipeline.thinker import Message, ThinkRequest
@@ -105,6 +106,22 @@ class Transcribe:
     def heard(self, text: str, recognition_ms: float | None = None, failure: str | None = None) -> Heard:
         """The recogniser's answer to this request."""
         return Heard(self.item_id, text, self.kind, self.upto, recognition_ms, failure)
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """What one pipeline chunk became (``Session.on_output``): the events to send, and
+    the core's one answer to whether the reply is still current: ``stale``, the chunk's
+    reply is no longer the session's (nothing is sent; its stages stop); ``goes_on``,
+    the reply is still the session's after it (else it just ended, at a limit: its
+    stages stop after these events)."""
+
+    events: list[ServerEvent]
+    stale: bool = False
+    goes_on: bool = True
+
+
+STALE = Delivery([], stale=True, goes_on=False)
 
 
 @dataclass(frozen=True, slots=True)

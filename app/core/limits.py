@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+INPUT_IDLE_S = 0.3
+"""A client that sent no input for this long is no longer streaming: pacing falls back
+from the input clock to the wall clock."""
+
 
 @dataclass(frozen=True, slots=True)
 class SessionLimits:

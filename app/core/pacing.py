@@ -10,6 +10,8 @@ from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass
 
+from duplex.app.core.limits import INPUT_IDLE_S
+
 MAX_BREAKS = 256
 """Offset changes remembered for mapping past input samples (only recent ones matter)."""
 
@@ -28,7 +30,7 @@ class SessionClock:
     the session time of an earlier sample (a barge-in's onset) never moves.
     """
 
-    def __init__(self, start_wall: float, *, idle_s: float = 0.3) -> None:
+    def __init__(self, start_wall: float, *, idle_s: float = INPUT_IDLE_S) -> None:
         self.idle_s = idle_s
         self.input_only = False
         """Set when the client declares its input clock is its only clock (it uses

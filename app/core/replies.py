@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from duplex.app.core.actions import CancelReply, PrepareReply, ReplyPlan, StartReply
+from duplex.app.core.actions import STALE, CancelReply, Delivery, PrepareReply, ReplyPlan, StartReply
 from duplex.app.core.conversation import Item, Part
 from duplex.app.core.events import (
     AudioDelta,
@@ -309,11 +309,15 @@ class Replies:
         clock = self.ctx.clock
         return min(need, clock.idle_s) if clock.streaming(now) else need
 
-    def on_output(self, event: ChunkEvent, now: float) -> list[ServerEvent]:
-        """Audio and the transcript it speaks for one pipeline chunk; nothing if stale."""
+    def on_output(self, event: ChunkEvent, now: float) -> Delivery:
+        """Audio and the transcript it speaks for one pipeline chunk; nothing if stale
+        (the one place a chunk's currency is decided)."""
         r = self.active
         if r is None or not self.current(event):
-            return []
+            return STALE
+        return Delivery(self._output(r, event, now), goes_on=self.active is r)
+
+    def _output(self, r: Reply, event: ChunkEvent, now: float) -> list[ServerEvent]:
         chunk: OutputChunk = event.payload
         if chunk.call is not None:
             return self._on_call(r, chunk.call)

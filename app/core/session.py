@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from duplex.app.core.actions import Action, Heard, Sync
+from duplex.app.core.actions import Action, Delivery, Heard, PredictTurn, Sync, Transcribe
 from duplex.app.core.conversation import Conversation, added, parse_item
 from duplex.app.core.events import (
     BufferCleared,
@@ -28,7 +28,7 @@ from duplex.app.core.events import (
     SessionUpdated,
 )
 from duplex.app.core.intake import Intake
-from duplex.app.core.limits import SessionLimits
+from duplex.app.core.limits import INPUT_IDLE_S, SessionLimits
 from duplex.app.core.listening import DEAF, Ears
 from duplex.app.core.pacing import SessionClock
 from duplex.app.core.protocol import ClientEvent, ProtocolError
@@ -61,6 +61,7 @@ class Session:
         ears: Ears = DEAF,
         tools: bool = True,
         can_duck: bool = True,
+        input_idle_s: float = INPUT_IDLE_S,
     ) -> None:
         self.id = session_id
         self.tools = tools
@@ -68,7 +69,7 @@ class Session:
         self.limits = limits or SessionLimits()
         self.voice_activity = voice_activity
         self.conversation = Conversation()
-        self.clock = SessionClock(now)
+        self.clock = SessionClock(now, idle_s=input_idle_s)
         self._n = 0
         self.ctx = SessionContext(
             session_id,
@@ -345,9 +346,15 @@ class Session:
         """Wall seconds to wait before ``samples`` more of the reply may be sent (0: now)."""
         return self.replies.output_wait(samples, now)
 
-    def on_output(self, event: ChunkEvent, now: float) -> list[ServerEvent]:
-        """Audio (and the transcript it speaks) for one pipeline chunk; nothing if stale."""
+    def on_output(self, event: ChunkEvent, now: float) -> Delivery:
+        """Audio (and the transcript it speaks) for one pipeline chunk, and whether its
+        reply is still current (see :class:`Delivery`)."""
         return self.replies.on_output(event, now)
+
+    def still_wanted(self, action: Transcribe | PredictTurn) -> bool:
+        """Whether a queued recognition or end-of-turn question is still of use when its
+        turn to run comes (speech that went on since can make it moot)."""
+        return self.turn_taking.still_wanted(action)
 
     def on_reply_finished(
         self, response_id: str, now: float, timings: dict[str, float] | None = None

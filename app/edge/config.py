@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from duplex.app.core.limits import SessionLimits
+from duplex.app.core.limits import INPUT_IDLE_S, SessionLimits
 from duplex.app.core.protocol import DEFAULT_PORT
 from duplex.app.core.settings import TurnDetectionType
 from duplex.app.edge.http import web_root
@@ -89,7 +89,7 @@ class ServerConfig:
     (with messages of at most ``max_message_bytes``, a bound on what a client can park)."""
     max_unsent_bytes: int = 1024 * 1024
     """Bytes a client may leave unread (replies, pongs, anything); over it, it is dropped."""
-    input_idle_s: float = 0.3
+    input_idle_s: float = INPUT_IDLE_S
     """A client that sent no input for this long is no longer streaming: pacing
     falls back from the input clock to the wall clock."""
     write_limit: int = 64 * 1024

@@ -45,7 +45,7 @@ from duplex.app.core.wire import Wire
 from duplex.app.edge.config import ServerConfig
 from duplex.app.edge.fairness import FairQueue, LoopShare, Moot, RealTime, WaitingJobs
 from duplex.app.edge.metrics import Metrics
-from duplex.app.edge.replying import ReplyEnded, Replying, ReplyingContext
+from duplex.app.edge.replying import ReplyEnded, Replying
 from duplex.app.edge.transport import GuardedConnection
 from duplex.pipeline.backends import Backends
 from duplex.pipeline.stream import ChunkEvent
@@ -106,37 +106,41 @@ class Connection:
             ears=ears_of(backends),
             tools=getattr(backends.thinker, "tools", False),
             can_duck=extensions,  # a client that cannot be told to duck has the reply stop instead
+            input_idle_s=cfg.input_idle_s,
         )
-        self.session.clock.idle_s = cfg.input_idle_s
         self.wire = Wire(self.session.id, dialect, extensions=extensions)
         self._send_lock = asyncio.Lock()
         self._real_time = RealTime(self.loop.time())  # input at the pace of speech is never held back
         self._progress = asyncio.Event()  # input, acks and cancels wake a paced sink
         self._parked = asyncio.Event()  # set while the sink waits on playback
         self._hearing: set[asyncio.Task[None]] = set()  # recognitions and end-of-turn questions
-        self._waiting: WaitingJobs[Transcribe | PredictTurn] = WaitingJobs(self.session.turn_taking.still_wanted)
+        self._waiting: WaitingJobs[Transcribe | PredictTurn] = WaitingJobs(self.session.still_wanted)
         self._tg: asyncio.TaskGroup | None = None
         self._syncing: asyncio.Task[None] | None = None  # the last session.sync's answer
         self.opened_at = self.loop.time()
         self.heard_at: float | None = None
         """When real-time microphone audio was last heard (what the hearing budget counts)."""
-        session = self.session
-        self.replies = Replying(
-            ReplyingContext(
-                session.id,
-                backends,
-                cfg.queues,
-                server.metrics,
-                server.loop_share.gate(self),
-                lambda: session.input_samples,
-                lambda job, name: self.tg.create_task(job, name=name),
-                self.sink,
-                self.send,
-                self.nudge,
-                lambda rid, timings: session.on_reply_finished(rid, self.loop.time(), timings),
-                lambda rid, message: session.on_reply_failed(rid, message, self.loop.time()),
-            )
-        )
+        # What its replies run on (the ReplyPort it opens for them).
+        self.backends, self.queues, self.metrics = backends, cfg.queues, server.metrics
+        self.gate = server.loop_share.gate(self)
+        self.replies = Replying(self)
+
+    # -- the port its replies use (replying.ReplyPort) ------------------------
+    @property
+    def session_id(self) -> str:
+        return self.session.id
+
+    def watermark(self) -> int:
+        return self.session.input_samples
+
+    def spawn(self, job: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        return self.tg.create_task(job, name=name)
+
+    def finished(self, response_id: str, timings: dict[str, float]) -> list[ServerEvent]:
+        return self.session.on_reply_finished(response_id, self.loop.time(), timings)
+
+    def failed(self, response_id: str, message: str) -> list[ServerEvent]:
+        return self.session.on_reply_failed(response_id, message, self.loop.time())
 
     async def run(self) -> None:
         """Serve the client until it disconnects; leave no task behind."""
@@ -414,14 +418,14 @@ class Connection:
                 pass
             finally:
                 self._parked.clear()
-        if not self.session.replies.current(event):
-            self.server.metrics.inc("duplex_stale_events_dropped_total")
-            raise ReplyEnded
         share = self.server.loop_share  # an unpaced reply is work for the loop too: the session's share
         await share.wait(self)
         with share.charge(self):
-            frames = self._render(self.session.on_output(event, self.loop.time()))
+            delivery = self.session.on_output(event, self.loop.time())
+            frames = self._render(delivery.events)
+        if delivery.stale:
+            self.server.metrics.inc("duplex_stale_events_dropped_total")
+            raise ReplyEnded
         await self._write(frames)
-        active = self.session.replies.active
-        if active is None or active.id != event.request_id:
+        if not delivery.goes_on:
             raise ReplyEnded

@@ -13,9 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Coroutine, Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 from websockets.exceptions import ConnectionClosed
 
@@ -35,29 +35,58 @@ class ReplyEnded(Exception):
     """The session ended the reply from the sink's side (a limit): stop its stages."""
 
 
-@dataclass(frozen=True, slots=True)
-class ReplyingContext:
-    """What a connection's replies use of it and its server, and no more."""
+class ReplyPort(Protocol):
+    """What a reply may do to the world, and what it runs on: the port a connection
+    opens for its replies (a second transport's connection would open the same).
+    A reply reads the input clock (:meth:`watermark`), runs as the connection's tasks
+    (:meth:`spawn`), hands its chunks to the paced :meth:`sink`, sends the session's
+    events (:meth:`send`) and asks the session for those of its end (:meth:`finished`,
+    :meth:`failed`); nothing else of the connection is in its reach."""
 
-    session_id: str
-    backends: Backends
-    queues: StageQueues
-    metrics: Metrics
-    gate: OwnerGate
-    """The connection's share of the event loop (the stages' unpaced output is charged to it)."""
-    watermark: Callable[[], int]
-    """Input samples heard so far (stamped on every chunk)."""
-    spawn: Callable[[Coroutine[Any, Any, None], str], asyncio.Task[None]]
-    """Run a task in the connection's TaskGroup."""
-    sink: Callable[[ChunkEvent], Awaitable[None]]
-    """Send one chunk when pacing allows (raises :class:`ReplyEnded` when the reply is over)."""
-    send: Callable[[list[ServerEvent]], Awaitable[None]]
-    nudge: Callable[[], None]
-    """Wake the paced sink (a cancel moves it)."""
-    finished: Callable[[str, dict[str, float]], list[ServerEvent]]
-    """The session's events for a reply the pipeline delivered whole (id, timings)."""
-    failed: Callable[[str, str], list[ServerEvent]]
-    """...and for one that failed (id, message)."""
+    @property
+    def session_id(self) -> str: ...
+
+    @property
+    def backends(self) -> Backends: ...
+
+    @property
+    def queues(self) -> StageQueues: ...
+
+    @property
+    def metrics(self) -> Metrics: ...
+
+    @property
+    def gate(self) -> OwnerGate:
+        """The connection's share of the event loop (the stages' unpaced output is charged to it)."""
+        ...
+
+    def watermark(self) -> int:
+        """Input samples heard so far (stamped on every chunk)."""
+        ...
+
+    def spawn(self, job: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        """Run a task in the connection's TaskGroup."""
+        ...
+
+    async def sink(self, event: ChunkEvent) -> None:
+        """Send one chunk when pacing allows (raises :class:`ReplyEnded` when the reply is over)."""
+        ...
+
+    async def send(self, events: Iterable[ServerEvent]) -> None:
+        """Send a batch of the session's events, back to back."""
+        ...
+
+    def nudge(self) -> None:
+        """Wake the paced sink (a cancel moves it)."""
+        ...
+
+    def finished(self, response_id: str, timings: dict[str, float]) -> list[ServerEvent]:
+        """The session's events for a reply the pipeline delivered whole."""
+        ...
+
+    def failed(self, response_id: str, message: str) -> list[ServerEvent]:
+        """...and for one that failed."""
+        ...
 
 
 @dataclass(slots=True)
@@ -86,8 +115,8 @@ class Run:
 class Replying:
     """One connection's running reply, and the one prepared ahead of its turn."""
 
-    def __init__(self, ctx: ReplyingContext) -> None:
-        self.c = ctx
+    def __init__(self, port: ReplyPort) -> None:
+        self.c = port
         self.current: Run | None = None
         self._prepared: Run | None = None
         self._prefills = 0
