@@ -11,13 +11,15 @@ from typing import Any
 
 import pytest
 
+from duplex.app.core.listening.bargein import JUDGED, BargeEvent, BargeIn, BargeState, Ending
 from duplex.app.core.listening.bargein import MOVES as BARGE_MOVES
-from duplex.app.core.listening.bargein import BargeEvent, BargeState
 from duplex.app.core.listening.listener import MOVES as HEARING_MOVES
 from duplex.app.core.listening.listener import Hearing, HearingEvent
+from duplex.app.core.listening.signals import Interrupt, Resume
 from duplex.app.core.reply_state import AUDIBLE, MOVES, RUNNING, ReplyEvent, ReplyPhase
 from duplex.app.core.settings import TurnDetection
 from duplex.app.core.states import ImpossibleMove, Table
+from duplex.app.core.turn_taking import PREPARED_MOVES, Prepared, PreparedEvent
 from tests.test_replies import begin, chunk, replies
 
 P, E = ReplyPhase, ReplyEvent
@@ -25,6 +27,7 @@ TABLES: list[tuple[Table[Any, Any], type[Enum], type[Enum], Enum]] = [
     (MOVES, ReplyPhase, ReplyEvent, ReplyPhase.THINKING),
     (BARGE_MOVES, BargeState, BargeEvent, BargeState.IDLE),
     (HEARING_MOVES, Hearing, HearingEvent, Hearing.QUIET),
+    (PREPARED_MOVES, Prepared, PreparedEvent, Prepared.NONE),
 ]
 
 
@@ -87,7 +90,7 @@ def test_barge_in_starts_only_from_idle_and_judges_only_what_it_is_judging():
     for state in BargeState:
         assert BARGE_MOVES.allows(state, BargeEvent.ENDED)
         judged = BARGE_MOVES.allows(state, BargeEvent.WORDS)
-        assert judged is (state is BargeState.JUDGING)
+        assert judged is (state in JUDGED)
         started = BARGE_MOVES.allows(state, BargeEvent.OVER_REPLY)
         assert started is (state is BargeState.IDLE), "a new speech only once the last has ended"
 
@@ -173,3 +176,35 @@ def test_a_prepared_reply_is_adopted_only_for_an_equal_plan_whichever_field_diff
     assert {f.name for f in dataclasses.fields(ReplyPlan)} == set(others), "every field is tried"
     for name, value in others.items():
         assert not run.serves(StartReply("resp_1", 3, replace(plan, **{name: value}))), f"{name} differs"
+
+
+def _over_reply() -> BargeIn:
+    b = BargeIn(TurnDetection(type="semantic_vad", barge_in_min_ms=800), 16000, words=True)
+    assert b.started(0, replying=True) and b.state is BargeState.JUDGING
+    return b
+
+
+def test_barge_in_rows_by_event_sequence_the_latest_words_decide():
+    ms = 16  # samples a millisecond at 16 kHz
+    # JUDGING --MINOR_WORDS--> HEARD_BACKCHANNEL: no length makes it a turn; it resumes at its end.
+    b = _over_reply()
+    assert b.on_words("Okay, yeah.", loud=True, heard_ms=700) == [] and b.state is BargeState.HEARD_BACKCHANNEL
+    assert b.judged and b.speaking(0, 3000 * ms) == [], "a backchannel is never long enough"
+    assert b.stopped(0, 3000 * ms) == Ending([Resume()], turn=False) and b.state is BargeState.IDLE
+    # HEARD_BACKCHANNEL --WORDS--> INTERRUPTED: the words went on to say something.
+    b = _over_reply()
+    b.on_words("Okay.", loud=True, heard_ms=500)
+    assert b.on_words("Okay, but wait.", loud=True, heard_ms=900) == [Interrupt(0)]
+    assert b.state is BargeState.INTERRUPTED and b.stopped(0, 1000 * ms).turn is True
+    # Words well below the user's level are someone else's: HEARD_BACKCHANNEL, then NOISE -> IGNORED.
+    b = _over_reply()
+    assert b.on_words("Tell me more about it.", loud=False, heard_ms=900) == [] and b.judged
+    assert b.speaking(0, 1600 * ms, loud=False) == [Resume()] and b.state is BargeState.IGNORED
+    # JUDGING --NO_WORDS--> HEARD_NOTHING: its length alone decides, UNHEARD_MS later.
+    b = _over_reply()
+    assert b.on_words("", loud=True, heard_ms=600) == [] and b.state is BargeState.HEARD_NOTHING
+    assert b.speaking(0, 900 * ms) == [] and b.speaking(0, 1300 * ms) == [Interrupt(0)]
+    assert b.state is BargeState.INTERRUPTED
+    # With no words at all, JUDGING --LONG--> INTERRUPTED at barge_in_min_ms.
+    b = _over_reply()
+    assert b.speaking(0, 799 * ms) == [] and b.speaking(0, 800 * ms) == [Interrupt(0)]

@@ -12,6 +12,7 @@ still undecided, the reply it would get is prepared unheard.
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import assert_never
 
 import numpy as np
@@ -44,11 +45,46 @@ from duplex.app.core.listening import (
 )
 from duplex.app.core.replies import Replies
 from duplex.app.core.session_context import SessionContext
+from duplex.app.core.states import Table
 from duplex.app.core.transcripts import Candidate, Transcripts
 from duplex.app.core.units import ms_to_samples
 from duplex.pipeline.recognizer import only_command
 
 Output = list[ServerEvent | Action]
+
+
+class Prepared(Enum):
+    """The reply prepared for a pause (:class:`PrepareReply`), as the session knows it."""
+
+    NONE = "none"
+    """None prepared, or the last one confirmed or voided."""
+    MADE = "made"
+    """Prepared for the current pause and still running unheard at the edge."""
+
+
+class PreparedEvent(Enum):
+    """What happens to a prepared reply."""
+
+    PREPARE = "prepare"
+    """A candidate came while the turn may well be over: prepare its reply (one made for an
+    earlier pause is replaced: the edge keeps the newest only)."""
+    CONFIRM = "confirm"
+    """The turn ended: its reply begins (the edge adopts the prepared one if the plans match)."""
+    VOID = "void"
+    """The user went on, cleared the buffer, or said a command: nothing of it will be heard."""
+
+
+_P, _PE = Prepared, PreparedEvent
+PREPARED_MOVES: Table[Prepared, PreparedEvent] = Table(
+    "prepared reply",
+    {
+        (_P.NONE, _PE.PREPARE): _P.MADE,
+        (_P.MADE, _PE.PREPARE): _P.MADE,  # replaced
+        **{(state, _PE.CONFIRM): _P.NONE for state in Prepared},
+        **{(state, _PE.VOID): _P.NONE for state in Prepared},  # DropPrepared from MADE only
+    },
+)
+"""The prepared reply's moves (voided from MADE, the edge is told to drop it)."""
 
 
 class TurnTaking:
@@ -63,7 +99,8 @@ class TurnTaking:
         self.transcribing: set[str] = set()
         """Committed turns waiting for their transcript."""
         self.transcripts = Transcripts()
-        self._prepared = False  # a reply was prepared for the current pause
+        self.prepared = Prepared.NONE
+        """Whether a reply was prepared for the current pause (see :data:`PREPARED_MOVES`)."""
         self._audio_ms: dict[str, int] = {}  # committed turns' audio, for their transcript's usage
         self._quiet_from = 0  # input sample since which nobody has spoken (for idle_timeout_ms)
 
@@ -217,7 +254,7 @@ class TurnTaking:
         if td is None or not td.create_response or self.replies.active is not None or only_command(text):
             return []
         messages = (*self.ctx.messages(), {"role": "user", "content": text})
-        self._prepared = True
+        self._prepare_move(PreparedEvent.PREPARE)
         return [self.replies.prepare(messages, self.ctx.options())]
 
     def still_wanted(self, action: Transcribe | PredictTurn) -> bool:
@@ -239,9 +276,12 @@ class TurnTaking:
         self.transcripts.candidate = None
         return self._drop_prepared()
 
+    def _prepare_move(self, event: PreparedEvent) -> Prepared:
+        was, self.prepared = self.prepared, PREPARED_MOVES.move(self.prepared, event)
+        return was
+
     def _drop_prepared(self) -> Output:
-        was, self._prepared = self._prepared, False
-        return [DropPrepared()] if was else []
+        return [DropPrepared()] if self._prepare_move(PreparedEvent.VOID) is Prepared.MADE else []
 
     def _transcribed(
         self, item_id: str, text: str, now: float, recognition_ms: float | None = None, failure: str | None = None
@@ -266,6 +306,6 @@ class TurnTaking:
         if td is not None and td.create_response and self.replies.active is None and latest:
             if only_command(text):  # "Stop.": obeyed (the reply it spoke over is cancelled), not answered
                 return out + self._drop_prepared()
-            self._prepared = False  # the edge adopts it for this reply, or drops it
+            self._prepare_move(PreparedEvent.CONFIRM)  # the edge adopts it for this reply, or drops it
             out += self.replies.begin(self.ctx.messages(), self.ctx.options(), now)
         return out

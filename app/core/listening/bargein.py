@@ -76,7 +76,13 @@ class BargeState(Enum):
     IDLE = "idle"
     """No speech over a reply (none is being heard, barge-in is off, or no speech)."""
     JUDGING = "judging"
-    """The reply is ducked (or paused) while the speech over it is judged."""
+    """The reply is ducked (or paused) while the speech over it is judged; no words of it yet."""
+    HEARD_NOTHING = "heard_nothing"
+    """...judged, and the recogniser heard it as nothing so far: only longer speech
+    interrupts by its length (``UNHEARD_MS`` more)."""
+    HEARD_BACKCHANNEL = "heard_backchannel"
+    """...judged, and its words so far do not interrupt (backchannels, or words below the
+    user's level): it is no turn, and the reply resumes as soon as it pauses."""
     INTERRUPTED = "interrupted"
     """The reply was interrupted: the speech is the user's turn."""
     IGNORED = "ignored"
@@ -92,6 +98,10 @@ class BargeEvent(Enum):
     """Speech began with no reply to duck."""
     WORDS = "words"
     """Its words say something, at the user's level."""
+    MINOR_WORDS = "minor_words"
+    """Its words so far do not interrupt: backchannels, or words well below the user's level."""
+    NO_WORDS = "no_words"
+    """The recogniser heard it as nothing (so far)."""
     LONG = "long"
     """It lasted ``barge_in_min_ms`` at the user's level and is no backchannel."""
     NOISE = "noise"
@@ -101,19 +111,25 @@ class BargeEvent(Enum):
 
 
 _S, _E = BargeState, BargeEvent
+_JUDGED = (_S.JUDGING, _S.HEARD_NOTHING, _S.HEARD_BACKCHANNEL)
 MOVES: Table[BargeState, BargeEvent] = Table(
     "barge-in",
     {
         (_S.IDLE, _E.OVER_REPLY): _S.JUDGING,
         (_S.IDLE, _E.ALONE): _S.IDLE,
-        (_S.JUDGING, _E.WORDS): _S.INTERRUPTED,
+        **{(state, _E.WORDS): _S.INTERRUPTED for state in _JUDGED},
+        **{(state, _E.MINOR_WORDS): _S.HEARD_BACKCHANNEL for state in _JUDGED},
+        **{(state, _E.NO_WORDS): _S.HEARD_NOTHING for state in _JUDGED},
         (_S.JUDGING, _E.LONG): _S.INTERRUPTED,
-        (_S.JUDGING, _E.NOISE): _S.IGNORED,
+        (_S.HEARD_NOTHING, _E.LONG): _S.INTERRUPTED,  # (a backchannel is never long enough)
+        **{(state, _E.NOISE): _S.IGNORED for state in _JUDGED},
         **{(state, _E.ENDED): _S.IDLE for state in BargeState},
     },
 )
 """Barge-in's moves: a new speech starts from IDLE only (the one before it has ended);
-only speech being judged can be judged."""
+only speech being judged can be judged, and its latest words decide where it stands."""
+JUDGED = frozenset(_JUDGED)
+"""The states of speech over a ducked reply, still being judged."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,9 +157,6 @@ class BargeIn:
         """Transcripts of the speech will come (:meth:`on_words`): they decide, not duration."""
         self.state = BargeState.IDLE
         self._began = 0  # the watermark of the speech being judged (where it began)
-        self._heard = False  # a transcript of this speech came
-        self._content = False  # ...and it says something, at the user's level
-        self._backchannel = False  # ...or it holds backchannel words only
 
     def _move(self, event: BargeEvent) -> BargeState:
         was, self.state = self.state, MOVES.move(self.state, event)
@@ -157,12 +170,12 @@ class BargeIn:
     @property
     def judging(self) -> bool:
         """Whether a reply is ducked while the speech over it is judged."""
-        return self.state is BargeState.JUDGING
+        return self.state in JUDGED
 
     def abandon(self) -> bool:
         """The speech ended as no turn and no judgement (cleared, or listening stopped):
         whether a reply was ducked for it (it resumes)."""
-        return self._move(BargeEvent.ENDED) is BargeState.JUDGING
+        return self._move(BargeEvent.ENDED) in JUDGED
 
     def started(self, onset: int, replying: bool, *, began: int | None = None) -> list[Signal]:
         """Speech was decided at input sample ``onset`` and began at ``began`` (the
@@ -170,7 +183,6 @@ class BargeIn:
         ``onset``); ``replying``: a reply is being heard."""
         self._move(BargeEvent.OVER_REPLY if replying and self.enabled else BargeEvent.ALONE)
         self._began = onset if began is None else began
-        self._heard, self._content, self._backchannel = False, False, False
         return [Duck(self._began)] if self.judging else []
 
     def on_words(self, text: str, *, loud: bool, heard_ms: int | None = None) -> list[Signal]:
@@ -181,11 +193,10 @@ class BargeIn:
         fragment = heard_ms is not None and heard_ms < FRAGMENT_MS
         if fragment and says_something(text) and len(_content_words(text)) < 2 and not holds_command(text):
             return []  # judged on more of it (the next transcript)
-        self._heard, self._content = True, loud and says_something(text)
-        self._backchannel = not self._content and bool(_WORD.findall(text.lower()))
-        if self._content:
+        if loud and says_something(text):
             self._move(BargeEvent.WORDS)
             return [Interrupt(self._began)]
+        self._move(BargeEvent.MINOR_WORDS if _WORD.findall(text.lower()) else BargeEvent.NO_WORDS)
         return []
 
     def speaking(self, onset: int, speech_end: int, *, loud: bool = True) -> list[Signal]:
@@ -194,8 +205,7 @@ class BargeIn:
         if not self.judging:
             return []
         spoken = speech_end - onset
-        unheard = self._heard and not self._content and not self._backchannel
-        if loud and not self._backchannel and spoken >= self.min_speech + (self.unheard if unheard else 0):
+        if loud and self.state is not BargeState.HEARD_BACKCHANNEL and spoken >= self._long(self.state):
             self._move(BargeEvent.LONG)  # the user's voice, long, and not a backchannel
             return [Interrupt(self._began)]
         if not loud and spoken >= self.noise:
@@ -208,7 +218,7 @@ class BargeIn:
         """Whether the speech over the reply is known to be a backchannel (it resumes once
         the speech pauses). Heard as nothing is not enough: the start of a real barge-in,
         chopped by an echo gate, often is."""
-        return self.judging and self._backchannel
+        return self.state is BargeState.HEARD_BACKCHANNEL
 
     def settled(self, onset: int, speech_end: int, now: int) -> bool:
         """Whether speech over the reply that has paused (silent from ``speech_end`` to
@@ -231,9 +241,10 @@ class BargeIn:
             return Ending([], turn=True)
         if was is BargeState.IDLE:
             return Ending([], turn=None)
-        if self._content:
-            return Ending([Interrupt(self._began)], turn=True)
-        unheard = self._heard and not self._backchannel
-        if self._backchannel or not loud or speech_end - onset < self.min_speech + (self.unheard if unheard else 0):
+        if was is BargeState.HEARD_BACKCHANNEL or not loud or speech_end - onset < self._long(was):
             return Ending([Resume()], turn=False)
         return Ending([Interrupt(self._began)], turn=True)
+
+    def _long(self, state: BargeState) -> int:
+        """How long speech at the user's level must be to be a turn by its length alone."""
+        return self.min_speech + (self.unheard if state is BargeState.HEARD_NOTHING else 0)
