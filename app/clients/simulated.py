@@ -48,8 +48,6 @@ class Heard:
     first_played_at: int | None = None
     stopped_at: int | None = None
     """Input sample at which output stopped for good (cancel, truncation, pause or duck)."""
-    ducked_at: int | None = None
-    """Input sample at which the reply was last ducked (played on, quieter)."""
     done: bool = False
     stale_bytes: int = 0
     """Audio bytes that cannot belong to this reply: after its response.done, or out
@@ -236,9 +234,6 @@ class SimulatedClient:
             self._stop(event["response_id"])
         elif etype == "response.output_audio.ducked":
             self._gain = 10 ** (float(event["gain_db"]) / 20)
-            ducked = self.heard.get(event["response_id"])
-            if ducked is not None:
-                ducked.ducked_at = self.input_samples
             self._stop(event["response_id"])  # as the user hears it: it fell away
         elif etype == "response.output_audio.resumed":
             self._paused, self._gain = False, 1.0

@@ -243,19 +243,9 @@ class EspeakRuntime:
         return self.pool.started
 
     @property
-    def jobs_completed(self) -> int:
-        """Clauses synthesised to their end and delivered."""
-        return self.pool.made
-
-    @property
     def jobs_aborted(self) -> int:
         """Clauses stopped mid-synthesis because their reply was cancelled."""
         return self.pool.stopped - self.pool.skipped
-
-    @property
-    def jobs_skipped(self) -> int:
-        """Clauses cancelled before synthesis began."""
-        return self.pool.skipped
 
     def _make(self, job: _Job) -> object:
         """Synthesise ``job`` (its audio streams out through the callback): ``_END``

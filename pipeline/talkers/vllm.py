@@ -235,7 +235,6 @@ class CodecTalker:
         self.layout = layout
         self.temperature = temperature
         self.top_p = top_p
-        self.frames_dropped = 0
         self.frames = 0
         self.artifact_id = engine.artifact_id
         self._allowed = [*layout.audio_ids, *layout.stop_ids]
@@ -294,7 +293,6 @@ class CodecTalker:
                     marks.append(placed[announced])
                     announced += 1
                 yield TalkerChunk(AudioBuffer(frame.reshape(-1, 1), CODES, lay.frame_rate, self.name), tuple(marks))
-        self.frames_dropped += assembler.dropped
         if announced < len(placed):  # the model stopped early: the rest of the words ride on the end
             yield TalkerChunk(
                 AudioBuffer(np.zeros((lay.tokens_per_frame, 0), np.int64), CODES, lay.frame_rate, self.name),

@@ -180,7 +180,7 @@ CONVERSATIONS: tuple[Conversation, ...] = (
     Conversation("never-mind", "command", (Turn("Never mind.", None),)),
     _one("joke", "advice", "Tell me a short joke.", r"\w+ \w+ \w+"),
 )
-"""Every conversation of the set (all turns: :func:`turn_count`)."""
+"""Every conversation of the set ."""
 
 DEV_CONVERSATIONS: tuple[Conversation, ...] = (
     _one("dev-capital-canada", "facts", "What is the capital of Canada?", r"\bottawa\b"),
@@ -286,11 +286,6 @@ TOOLS: tuple[dict[str, Any], ...] = (
 
 CONDITIONS = ("babble10", "tel", "low")
 """What every third held-out conversation is heard through."""
-
-
-def turn_count() -> int:
-    """Turns in the whole set."""
-    return sum(len(c.turns) for c in CONVERSATIONS)
 
 
 def passes(turn: Turn, answer: str) -> bool:
