@@ -148,7 +148,8 @@ async def test_reading_ahead_leaves_only_the_last_words_to_read(model):
     conv = [user("How many legs does a spider have?")]
     await model.prefill(ThinkRequest("prefill", tuple(conv), conversation="ahead"))
     await answer(model, conv, conversation="ahead")
-    assert model.last_timings["prompt_n"] <= 2  # the whole prompt was in the cache already
+    # The whole turn was in the cache already: only the assistant's header is left to read.
+    assert model.last_timings["prompt_n"] <= 4
 
 
 async def test_a_named_tool_is_called_with_valid_arguments(model):

@@ -307,27 +307,23 @@ class LocalChatThinker:
             )
 
     async def prefill(self, request: ThinkRequest) -> None:
-        """Evaluate the request's prompt into its conversation's slot, answering nothing
-        (llama.cpp writes one token); skipped while the conversation has a request running."""
+        """Evaluate the request's prompt into its conversation's slot, answering nothing and
+        without the assistant's header (the words so far are not the turn's last: a header
+        after them is read in vain); skipped while the conversation has a request running."""
         key = request.conversation
         if self._server is None or not key or key in self._running or len(self._running) >= PREFILLS_BESIDE:
             return
         body = {**self.body(request, self._slots.of(key)), "stream": False, "max_tokens": 0}
+        body["add_generation_prompt"] = False  # (3 tokens a read-ahead, beside recognition)
         stop = threading.Event()
         running = (stop, self._call(self._server.handle_chat_completions, body, stop=stop))
         self._running[key] = running
         try:
             result = await asyncio.shield(running[1])
             timings = result.get("timings", {}) if isinstance(result, dict) else {}
-            log.debug(
-                "%s in slot %s: prompt %s tokens (%s cached) in %s ms: %r",
-                request.request_id,
-                body.get("id_slot"),
-                timings.get("prompt_n"),
-                timings.get("cache_n"),
-                timings.get("prompt_ms"),
-                body["messages"][-1]["content"][-60:],
-            )
+            read = [body.get("id_slot"), *(timings.get(k) for k in ("prompt_n", "cache_n", "prompt_ms"))]
+            said = body["messages"][-1]["content"][-60:]
+            log.debug("%s in slot %s: prompt %s tokens (%s cached) in %s ms: %r", request.request_id, *read, said)
         finally:
             if self._running.get(key) is running:
                 del self._running[key]
