@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from duplex.pipeline.arena import HoldsArena
+from duplex.pipeline.echo import Cleaning
 from duplex.pipeline.recognizer import Recognizer
 from duplex.pipeline.talker import Talker
 from duplex.pipeline.thinker import EchoThinker, Thinker
@@ -44,6 +45,8 @@ class Backends:
     voice_activity: VoiceActivity | None = None
     recognizer: Recognizer | None = None
     turn_model: TurnModel | None = None
+    cleaning: Cleaning | None = None
+    """Cleans each session's microphone (the reply's echo, noise) before it is heard."""
 
     async def shrink(self) -> None:
         """Give back what the models' arenas grew to beyond the runs in progress (each

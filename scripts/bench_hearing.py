@@ -31,7 +31,17 @@ time, synced on the input clock: turn, pause and barge-in decisions are the same
 at real time (they are made on the sample clock), but the wall-clock parts of the
 latencies (first audio, recognition) are left out; it is for tuning.
 
+* with ``--echo DB`` (repeatable): a speakerphone, the client's speaker heard by its own
+  microphone through a room (:class:`~duplex.app.clients.room.Room`: four reflections,
+  the first 60 ms late) at DB below what it played; plus the reply alone, with nobody
+  speaking (it must never duck or cut itself), and the words heard of each
+  interruption. ``--canceller off`` (repeatable with ``on``) serves with
+  ``--no-echo-cancellation`` for the figures before; ``--over-reply`` keeps only the
+  scenarios over a reply.
+
     python scripts/bench_hearing.py [--quick] [--fast] [--split heldout] [--turns-only] [--talker kokoro] [--listening]
+    python scripts/bench_hearing.py --quick --split heldout --detector semantic_vad --over-reply \
+        --echo none --echo -30 --echo -15 --canceller off --canceller on
 """
 
 from __future__ import annotations
@@ -46,6 +56,7 @@ from typing import Any
 
 import numpy as np
 
+from duplex.app.clients.room import Room
 from duplex.app.clients.simulated import Received, SimulatedClient
 from duplex.app.clients.sounds import cough
 from duplex.app.core.listening import Listener, Started
@@ -101,6 +112,11 @@ class Tally:
     """Coughs and clicks over a reply (``--listening``) that cancelled it."""
     stale_bytes: int = 0
     """Audio the client received that cannot belong to its reply (must stay 0)."""
+    alone_cut: list[bool] = field(default_factory=list)
+    """The reply alone (``--echo``), nobody speaking: cancelled or cut (by its own echo)."""
+    alone_ducked: list[bool] = field(default_factory=list)
+    interruption_words: list[tuple[int, int]] = field(default_factory=list)
+    """(word errors, words) of what was heard of each interruption."""
 
 
 def at24(clip: Clip, sample: int) -> int:
@@ -120,10 +136,12 @@ def first(events: list[Received], etype: str, after: int = 0, **match: Any) -> R
 
 FAST = False
 """Replay faster than real time (``--fast``)."""
+ROOM: Room | None = None
+"""The speakerphone's room (``--echo``): the client hears its own speaker."""
 
 
 async def session(url: str, td: str) -> SimulatedClient:
-    sim = await SimulatedClient.open(url, realtime=not FAST)
+    sim = await SimulatedClient.open(url, realtime=not FAST, room=ROOM)
     await sim.send("session.update", session={"turn_detection": {"type": td}})
     await sim.start()
     return sim
@@ -263,6 +281,25 @@ async def interruption(url: str, td: str, clip: Clip, t: Tally) -> None:
         t.truncation_error_ms.append(abs(cut.event["audio_end_ms"] - played))
     if new_audio is not None:
         t.interruption_latency.append((new_audio.at - end) / RATE)
+    heard = first(ev, "conversation.item.input_audio_transcription.completed", after=onset)
+    if heard is not None and clip.text is not None:
+        t.interruption_words.append(wer(clip.text, heard.event["transcript"]))
+    await close(sim, t)
+
+
+async def alone(url: str, td: str, t: Tally) -> None:
+    """The reply with nobody speaking over it (its echo only, with ``--echo``)."""
+    sim = await session(url, td)
+    rid = await start_reply(sim)
+    await until(sim, lambda: sim.heard[rid].done and not sim.playing, 12)
+    await sim.silence(1.0)
+    ev = sim.events
+    done = next((r for r in ev if r.event["type"] == "response.done" and r.event["response"]["id"] == rid), None)
+    t.alone_cut.append(
+        bool(first(ev, "conversation.item.truncated"))
+        or (done is not None and done.event["response"]["status"] != "completed")
+    )
+    t.alone_ducked.append(bool(first(ev, "response.output_audio.ducked") or first(ev, "response.output_audio.paused")))
     await close(sim, t)
 
 
@@ -333,6 +370,20 @@ def vad_onsets(clips: list[Clip]) -> tuple[list[float], float]:
         if decided is not None:
             delays.append((decided - true_on) / RATE)
     return delays, cpu / max(audio_s, 1e-9)
+
+
+async def over_replies(url: str, td: str, quick: bool, split: str) -> Tally:
+    """``--over-reply``: only what happens over a reply (the speakerphone's cases)."""
+    corpus, t = Part(split), Tally()
+    for _ in range(3 if quick else 6):
+        await alone(url, td, t)
+    for clip in corpus.backchannels[:: 2 if quick else 1]:
+        await over_reply(url, td, variant(clip, "clean", RATE), t, kind="backchannel")
+    for name in corpus.noises:
+        await over_reply(url, td, noise(name, 4.0, -36.0, RATE, seed=7), t, kind="noise")
+    for clip in corpus.turns[1 : 2 * 12 : 2][: 6 if quick else 12]:
+        await interruption(url, td, clip, t)
+    return t
 
 
 async def run(
@@ -406,6 +457,22 @@ def report(results: dict[str, Tally]) -> None:
         )
 
 
+def report_echo(results: dict[str, Tally]) -> None:
+    """``--echo`` / ``--over-reply``: over a reply, with and without the room's echo."""
+    print("\nOver a reply on a speakerphone (median / p90 s)\n")
+    print("| run | reply alone: cut itself | reply alone: ducked | backchannels that cancelled | noise cancels "
+          "| interruptions taken | duck after onset | cancel after onset | truncation error ms "
+          "| interruption WER |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for name, t in results.items():
+        errors, words = sum(e for e, _ in t.interruption_words), sum(n for _, n in t.interruption_words)
+        print(
+            f"| {name} | {rate(t.alone_cut)} | {rate(t.alone_ducked)} | {rate(t.bc_takeover)} | "
+            f"{rate(t.noise_cancels)} | {rate(t.interrupted)} | {s(t.stop, 3)} | {s(t.cancel)} | "
+            f"{s(t.truncation_error_ms, 0)} | {errors / max(1, words):.3f} |"
+        )
+
+
 def report_listening(results: dict[str, Tally], onsets: list[float], vad_cpu: float) -> None:
     """``--listening``: barge-in against the VAD's own onset decision, CPU, coughs and clicks, stale audio."""
     base = median(onsets) * 1000 if onsets else None
@@ -437,6 +504,16 @@ async def main() -> None:
         help="compare these thinkers (duplex serve --thinker; default: echo, its long replies are interrupted)",
     )
     ap.add_argument("--turns-only", action="store_true", help="only turns and interruptions")
+    ap.add_argument("--over-reply", action="store_true", help="only the scenarios over a reply (and the reply alone)")
+    ap.add_argument(
+        "--echo",
+        type=lambda v: None if v == "none" else float(v),
+        action="append",
+        help="a speakerphone: the client's speaker in its microphone at DB ('none': no echo, to compare)",
+    )
+    ap.add_argument(
+        "--canceller", choices=("on", "off"), action="append", help="the server's echo canceller (default: on)"
+    )
     ap.add_argument("--split", choices=("tune", "heldout", "all"), action="append", help="default: tune and heldout")
     ap.add_argument("--fast", action="store_true", help="faster than real time (decisions exact, latencies not)")
     ap.add_argument(
@@ -445,27 +522,48 @@ async def main() -> None:
         help="also: VAD onset and CPU in process (the barge-in baseline), coughs and clicks over a reply, stale audio",
     )
     args = ap.parse_args()
-    global FAST, THINKER
+    global FAST, THINKER, ROOM
     FAST = args.fast
     results: dict[str, Tally] = {}
-    for talker, asr, thinker in itertools.product(
-        args.talker or [None], args.asr_model or [None], args.thinker or ["echo"]
+    for talker, asr, thinker, canceller in itertools.product(
+        args.talker or [None], args.asr_model or [None], args.thinker or ["echo"], args.canceller or [None]
     ):
         THINKER = thinker
         server = ServerProcess(
             *(("--talker", talker) if talker else ()),
             *(("--asr-model", asr) if asr else ()),
             *(("--thinker", thinker) if thinker else ()),
+            *(("--no-echo-cancellation",) if canceller == "off" else ()),
         )
         with server.running():
-            for split in args.split or ("tune", "heldout"):
-                for td in args.detector or ("server_vad", "semantic_vad"):
-                    name = ", ".join(
-                        x for x in (td, talker, asr and f"Whisper {asr}", thinker and f"thinker {thinker}", split) if x
+            for split, td, level in itertools.product(
+                args.split or ("tune", "heldout"), args.detector or ("server_vad", "semantic_vad"), args.echo or [None]
+            ):
+                ROOM = None if level is None else Room(level_db=level)
+                name = ", ".join(
+                    x
+                    for x in (
+                        td,
+                        talker,
+                        asr and f"Whisper {asr}",
+                        thinker and f"thinker {thinker}",
+                        canceller and f"canceller {canceller}",
+                        "no echo" if level is None else f"echo {level:g} dB",
+                        split,
                     )
+                    if x
+                )
+                if args.over_reply:
+                    results[name] = await over_replies(server.url, td, args.quick, split)
+                else:
                     results[name] = await run(server.url, td, args.quick, args.turns_only, split, args.listening)
-                    print(f"{name}: done", flush=True)
+                print(f"{name}: done", flush=True)
+    if args.over_reply:
+        report_echo(results)
+        return
     report(results)
+    if args.echo:
+        report_echo(results)
     if args.listening:
         clips = [c for split in args.split or ("tune", "heldout") for c in Part(split).turns[:: 2 if args.quick else 1]]
         report_listening(results, *vad_onsets(clips))

@@ -72,9 +72,11 @@ GROUPS: dict[str, tuple[str, ...]] = {
     ),
     # The server over real sockets.
     "server": (
+        "test_calls",
         "test_cli",
         "test_conversation",
         "test_duplex",
+        "test_echo_canceller",
         "test_hearing_e2e",
         "test_realtime_features",
         "test_scenarios",
@@ -93,7 +95,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     # Duplex's own clients and the official SDK.
     "clients": (
         "test_browser",
-        "test_echo",
+        "test_browser_sdk",
         "test_mic",
         "test_server_sdk",
     ),

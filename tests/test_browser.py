@@ -47,13 +47,8 @@ async def _microphone(talker, path: Path) -> dict[str, float]:
     return {"seconds": track.size / RATE}
 
 
-async def test_browser_client_hears_plays_and_is_interrupted(server, talker, tmp_path):
-    need(playwright is not None, "the browser test needs the playwright package")
-    need(Path(CHROMIUM).exists(), "the browser test needs Debian's chromium (apt-get install -y chromium)")
-    mic = tmp_path / "mic.wav"
-    await _microphone(talker, mic)
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    args = [
+def _chromium_args(mic: Path) -> list[str]:
+    return [
         "--no-sandbox",
         "--disable-gpu",
         "--disable-quic",
@@ -66,6 +61,15 @@ async def test_browser_client_hears_plays_and_is_interrupted(server, talker, tmp
         f"--use-file-for-fake-audio-capture={mic}%noloop",
         "--autoplay-policy=no-user-gesture-required",
     ]
+
+
+async def test_browser_client_hears_plays_and_is_interrupted(server, talker, tmp_path):
+    need(playwright is not None, "the browser test needs the playwright package")
+    need(Path(CHROMIUM).exists(), "the browser test needs Debian's chromium (apt-get install -y chromium)")
+    mic = tmp_path / "mic.wav"
+    await _microphone(talker, mic)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    args = _chromium_args(mic)
     async with playwright.async_playwright() as p:
         browser = await p.chromium.launch_persistent_context(
             str(tmp_path / "profile"),
@@ -79,11 +83,13 @@ async def test_browser_client_hears_plays_and_is_interrupted(server, talker, tmp
             console: list[str] = []
             page.on("console", lambda m: console.append(f"{m.type}: {m.text}"))
             page.on("pageerror", lambda e: console.append(f"pageerror: {e}"))
-            await page.goto(f"http://127.0.0.1:{server.port}/")
+            await page.goto(f"http://127.0.0.1:{server.port}/?transport=websocket")  # the fallback
             await page.keyboard.press("Tab")  # the page works from the keyboard: Connect has focus first
             assert await page.evaluate("document.activeElement.id") == "connect"
             await page.keyboard.press("Enter")
             await page.wait_for_function("window.duplex.state === 'listening'", timeout=15_000)
+            # The browser's own canceller runs (the best it has: "all" where it knows it).
+            assert await page.evaluate("window.duplex.echoCancellation") in ("all", True)
 
             # 1. The user's speech reaches the server and is transcribed.
             await page.wait_for_function("window.duplex.transcripts.length >= 1", timeout=20_000)
@@ -151,6 +157,51 @@ async def test_browser_client_hears_plays_and_is_interrupted(server, talker, tmp
                 timeout=20_000,
             )
             await page.locator(".msg.assistant .text", has_text="binary frames work").wait_for(timeout=10_000)
+            assert await page.evaluate("window.duplex.errors") == [], console
+        finally:
+            await browser.close()
+
+
+async def test_browser_client_calls_over_webrtc_by_default(server, talker, tmp_path):
+    """The page's default: a WebRTC call. The same conversation: heard, answered on the
+    call's track, and a reply talked over is cut where the listener stopped hearing it."""
+    need(playwright is not None, "the browser test needs the playwright package")
+    need(Path(CHROMIUM).exists(), "the browser test needs Debian's chromium (apt-get install -y chromium)")
+    mic = tmp_path / "mic.wav"
+    await _microphone(talker, mic)
+    async with playwright.async_playwright() as p:
+        browser = await p.chromium.launch_persistent_context(
+            str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True, args=_chromium_args(mic)
+        )
+        try:
+            page = browser.pages[0] if browser.pages else await browser.new_page()
+            console: list[str] = []
+            page.on("console", lambda m: console.append(f"{m.type}: {m.text}"))
+            page.on("pageerror", lambda e: console.append(f"pageerror: {e}"))
+            await page.goto(f"http://127.0.0.1:{server.port}/")
+            await page.click("#connect")
+            await page.wait_for_function("window.duplex.state === 'listening'", timeout=15_000)
+            assert await page.evaluate("window.duplex.transport") == "webrtc", console
+            assert await page.evaluate("window.duplex.echoCancellation") in ("all", True)
+            # 1. Heard, and answered on the call's track.
+            await page.wait_for_function("window.duplex.transcripts.length >= 1", timeout=20_000)
+            heard = await page.evaluate("window.duplex.transcripts[0]")
+            assert wer("hello how are you today", heard) <= 0.4, heard
+            await page.wait_for_function("window.duplex.events.includes('output_audio_buffer.stopped')", timeout=20_000)
+            assert await page.evaluate("window.duplex.firstAudioMs.length") == 1
+            assert "response.output_audio.delta" not in await page.evaluate("window.duplex.events")
+            # 2. A typed message's long reply, talked over: cut, and shown cut.
+            await page.fill("#text", STORY)
+            await page.keyboard.press("Enter")
+            await page.wait_for_function(
+                "document.querySelector('.msg.assistant.truncated .cut') !== null", timeout=40_000
+            )
+            events = await page.evaluate("window.duplex.events")
+            assert "output_audio_buffer.cleared" in events
+            truncated = await page.evaluate("window.duplex.truncated[0]")
+            assert truncated["audio_end_ms"] > 1000, truncated
+            print("webrtc page: first audio", await page.evaluate("window.duplex.firstAudioMs"),
+                  "ms; stop", await page.evaluate("window.duplex.stopMs"), "ms after speech_started")  # fmt: skip
             assert await page.evaluate("window.duplex.errors") == [], console
         finally:
             await browser.close()

@@ -207,8 +207,8 @@ async def test_mic_demo_hears_answers_and_is_interrupted_through_a_virtual_room(
     )
     stop = trim(await speech(talker, "wait, please stop talking now", RATE), RATE)
     ask_end = int(1.5 * RATE) + ask.size
-    # The user talks over the reply once it has played a second (past the echo gate's
-    # half-second calibration), whenever that is.
+    # The user talks over the reply once it has played a second (past the echo canceller's
+    # first adaptation), whenever that is.
     room = Room(mix(silence(1.5, RATE), ask), mix(stop, silence(3.0, RATE)), talk_over_after=1.0)
 
     demo, lines, reader = await _start_demo(f"ws://127.0.0.1:{server.port}/v1/realtime", "duplexmic")

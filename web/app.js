@@ -2,7 +2,8 @@
 // conversation, state, levels and latencies. `window.duplex` exposes what the page
 // measured, for tests and for the curious.
 
-import { AudioEngine } from "./audio.js";
+import { AudioEngine, microphone } from "./audio.js";
+import { RealtimeCall } from "./call.js";
 import { RealtimeClient } from "./realtime.js";
 
 const $ = (id) => document.getElementById(id);
@@ -13,11 +14,14 @@ const ACK_MS = 200;
 const stats = {
   state: "disconnected", events: [], played: {}, received: {}, firstAudioMs: [], stopMs: [],
   pauses: [], truncated: [], transcripts: [], errors: [], inputSamples: 0,
+  echoCancellation: null, // what the browser's canceller runs as: "all", true, false
+  transport: null, // "webrtc" (a call) or "websocket"
 };
 window.duplex = stats;
 
 let client = null;
-let engine = null;
+let engine = null; // the WebSocket's audio graph (worklets); a call plays on an <audio> element
+let callMic = null; // a call's microphone stream
 let muted = false;
 let ackTimer = null;
 let turnEndedAt = null; // performance.now() when the user's turn ended (or a typed message was sent)
@@ -104,6 +108,7 @@ function onServerEvent(e) {
       stats.binary = client.binary;
       break;
     case "input_audio_buffer.speech_started":
+      if (!engine && stats.state === "replying") lastPauseAt = performance.now(); // a call: the track stops server-side
       setState("user-speaking");
       break;
     case "input_audio_buffer.speech_stopped":
@@ -161,6 +166,28 @@ function onServerEvent(e) {
       }
       break;
     }
+    case "output_audio_buffer.started": {
+      // A call's reply began to play on its track (the WebSocket's first audio delta).
+      const b = bubbles.get(e.response_id);
+      if (b && !b.firstAudio) {
+        b.firstAudio = true;
+        firstAudio();
+      }
+      setState("replying");
+      break;
+    }
+    case "output_audio_buffer.stopped":
+      if (stats.state === "replying") setState("listening");
+      break;
+    case "output_audio_buffer.cleared":
+      if (lastPauseAt !== null) {
+        const ms = performance.now() - lastPauseAt;
+        stats.stopMs.push(ms);
+        $("lat-stop").textContent = `${Math.round(ms)} ms`;
+        lastPauseAt = null;
+      }
+      setState("listening");
+      break;
     case "response.output_audio.paused":
       lastPauseAt = engine.now;
       engine.pause(e.response_id);
@@ -177,9 +204,9 @@ function onServerEvent(e) {
       break;
     case "response.done": {
       const r = e.response;
-      engine.end(r.id);
+      if (engine) engine.end(r.id);
       if (r.status !== "completed") {
-        engine.drop(r.id);
+        if (engine) engine.drop(r.id);
         const b = bubbles.get(r.id);
         if (b) b.el.classList.add("cancelled");
       }
@@ -188,7 +215,7 @@ function onServerEvent(e) {
     }
     case "conversation.item.truncated": {
       const rid = itemToResponse.get(e.item_id);
-      if (rid) engine.drop(rid);
+      if (rid && engine) engine.drop(rid);
       stats.truncated.push({ response_id: rid, item_id: e.item_id, audio_end_ms: e.audio_end_ms });
       client.send("conversation.item.retrieve", { item_id: e.item_id });
       setState("listening");
@@ -214,14 +241,18 @@ function onAudio({ event, pcm }) {
   const b = bubbles.get(rid);
   if (b && !b.firstAudio) {
     b.firstAudio = true;
-    if (turnEndedAt !== null) {
-      const ms = performance.now() - turnEndedAt;
-      stats.firstAudioMs.push(ms);
-      $("lat-first").textContent = `${Math.round(ms)} ms`;
-      turnEndedAt = null;
-    }
+    firstAudio();
   }
   engine.push(rid, event.epoch, pcm);
+}
+
+function firstAudio() {
+  if (turnEndedAt !== null) {
+    const ms = performance.now() - turnEndedAt;
+    stats.firstAudioMs.push(ms);
+    $("lat-first").textContent = `${Math.round(ms)} ms`;
+    turnEndedAt = null;
+  }
 }
 
 function onPlayback(m) {
@@ -248,30 +279,69 @@ function sendAck() {
                                 input_samples: stats.inputSamples });
 }
 
+function listen(c) {
+  c.addEventListener("event", (e) => onServerEvent(e.detail));
+  c.addEventListener("audio", (e) => onAudio(e.detail));
+  c.addEventListener("problem", (e) => showError(e.detail));
+  c.addEventListener("close", (e) => {
+    if (client === c && stats.state !== "disconnected") showError(`connection closed (${e.detail.code}) ${e.detail.reason}`);
+    if (client === c) hangUp();
+  });
+}
+
+function chosenTransport() {
+  const asked = new URLSearchParams(location.search).get("transport");
+  return asked || $("transport").value;
+}
+
+async function call() {
+  // WebRTC: the microphone as a track, the reply on an <audio> element, events on a channel.
+  callMic = await microphone();
+  const track = callMic.getAudioTracks()[0];
+  stats.echoCancellation = track && track.getSettings ? (track.getSettings().echoCancellation ?? null) : null;
+  const c = new RealtimeCall(`${location.origin}/v1/realtime/calls`);
+  listen(c);
+  client = c;
+  await c.connect(callMic);
+  stats.transport = "webrtc";
+}
+
+async function socket() {
+  const scheme = location.protocol === "https:" ? "wss" : "ws";
+  const c = new RealtimeClient(`${scheme}://${location.host}/v1/realtime?duplex=1`); // with Duplex's own events
+  listen(c);
+  client = c;
+  await c.connect();
+  engine = new AudioEngine();
+  await engine.start({ inputRate: INPUT_RATE, outputRate: OUTPUT_RATE });
+  stats.echoCancellation = engine.echoCancellation ?? null;
+  engine.addEventListener("capture", (e) => {
+    const m = e.detail;
+    stats.inputSamples = m.samples;
+    $("in-level").value = Math.min(1, m.level * 4);
+    client.sendAudio(new Int16Array(m.pcm));
+  });
+  engine.addEventListener("playback", (e) => onPlayback(e.detail));
+  ackTimer = setInterval(sendAck, ACK_MS);
+  stats.transport = "websocket";
+}
+
 async function connect() {
   $("connect").disabled = true;
   try {
-    const scheme = location.protocol === "https:" ? "wss" : "ws";
-    client = new RealtimeClient(`${scheme}://${location.host}/v1/realtime?duplex=1`);  // with Duplex's own events
-    client.addEventListener("event", (e) => onServerEvent(e.detail));
-    client.addEventListener("audio", (e) => onAudio(e.detail));
-    client.addEventListener("problem", (e) => showError(e.detail));
-    client.addEventListener("close", (e) => {
-      if (stats.state !== "disconnected") showError(`connection closed (${e.detail.code}) ${e.detail.reason}`);
-      hangUp();
-    });
-    await client.connect();
-    engine = new AudioEngine();
-    await engine.start({ inputRate: INPUT_RATE, outputRate: OUTPUT_RATE });
-    engine.addEventListener("capture", (e) => {
-      const m = e.detail;
-      stats.inputSamples = m.samples;
-      $("in-level").value = Math.min(1, m.level * 4);
-      client.sendAudio(new Int16Array(m.pcm));
-    });
-    engine.addEventListener("playback", (e) => onPlayback(e.detail));
+    if (chosenTransport() === "webrtc" && window.RTCPeerConnection) {
+      try {
+        await call();
+      } catch (err) {
+        if (err && err.name === "NotAllowedError") throw err; // no microphone: no transport helps
+        showError(`WebRTC call failed (${err.message || err}); using the WebSocket`);
+        await dropTransport();
+        await socket();
+      }
+    } else {
+      await socket();
+    }
     applySettings();
-    ackTimer = setInterval(sendAck, ACK_MS);
     setState("listening");
     for (const id of ["mute", "end", "text", "send"]) $(id).disabled = false;
   } catch (err) {
@@ -280,13 +350,19 @@ async function connect() {
   }
 }
 
-async function hangUp() {
+async function dropTransport() {
   clearInterval(ackTimer);
   const c = client;
   client = null;
   if (c) c.close();
   if (engine) await engine.stop();
   engine = null;
+  if (callMic) callMic.getTracks().forEach((t) => t.stop());
+  callMic = null;
+}
+
+async function hangUp() {
+  await dropTransport();
   setState("disconnected");
   $("connect").disabled = false;
   for (const id of ["mute", "end", "text", "send"]) $(id).disabled = true;
@@ -299,6 +375,7 @@ $("mute").addEventListener("click", () => {
   $("mute").setAttribute("aria-pressed", String(muted));
   $("mute").textContent = muted ? "Unmute" : "Mute";
   if (engine) engine.mute(muted);
+  if (callMic) callMic.getAudioTracks().forEach((t) => { t.enabled = !muted; });
 });
 $("typed").addEventListener("submit", (ev) => {
   ev.preventDefault();

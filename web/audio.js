@@ -1,13 +1,28 @@
 // The audio graph: microphone -> capture worklet (PCM16 at the input rate) and
 // playback worklet (jitter buffer, pause/resume/drop) -> speakers.
 
+// Echo cancellation and noise suppression on; automatic gain off: it pumps levels
+// between words, which costs recognition more than it helps. The browser's best
+// canceller first: "all" (Chrome 141+) takes everything the machine plays as its
+// reference, this page's AudioWorklet output included, which "true" does not on
+// every platform; where "all" is not known, the plain one. The server cancels what
+// is left either way, with the reply as it was played for its reference.
+const MIC = { noiseSuppression: true, autoGainControl: false, channelCount: 1 };
+
+export async function microphone() {
+  try {
+    return await navigator.mediaDevices.getUserMedia({ audio: { ...MIC, echoCancellation: { exact: "all" } } });
+  } catch (err) {
+    if (err && err.name === "NotAllowedError") throw err;
+    return navigator.mediaDevices.getUserMedia({ audio: { ...MIC, echoCancellation: true } });
+  }
+}
+
 export class AudioEngine extends EventTarget {
   async start({ inputRate, outputRate, jitterMs = 60 }) {
-    this.stream = await navigator.mediaDevices.getUserMedia({
-      // Echo cancellation and noise suppression on; automatic gain off: it pumps
-      // levels between words, which costs recognition more than it helps.
-      audio: { echoCancellation: true, noiseSuppression: true, autoGainControl: false, channelCount: 1 },
-    });
+    this.stream = await microphone();
+    const track = this.stream.getAudioTracks()[0];
+    this.echoCancellation = track && track.getSettings ? track.getSettings().echoCancellation : undefined;
     this.ctx = new AudioContext({ latencyHint: "interactive" });
     await this.ctx.audioWorklet.addModule("capture-worklet.js");
     await this.ctx.audioWorklet.addModule("playback-worklet.js");

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from duplex.app.edge.config import option
 from duplex.pipeline.backends import Backends
+from duplex.pipeline.echo import Cleaning
 from duplex.pipeline.recognizer import Recognizer
 from duplex.pipeline.talker import Talker
 from duplex.pipeline.thinker import Thinker
@@ -115,6 +116,20 @@ class BackendChoice:
     asr_workers: int = option(2, "speech recognition workers (whisper: decoding threads; openai: requests at once)")
 
 
+def _cleaning() -> Cleaning | None:
+    """WebRTC's echo canceller and noise suppressor, loaded; None (with one line) where
+    its library cannot load: the server then hears the microphone as it comes."""
+    from duplex.pipeline.webrtc_apm import WebRtcCleaning
+
+    cleaning = WebRtcCleaning()
+    try:
+        cleaning.warm()
+    except Exception as exc:  # a platform the binary wheel does not cover
+        log.warning("no echo cancellation or noise reduction: WebRTC's audio processing did not load (%s)", exc)
+        return None
+    return cleaning
+
+
 async def build(choice: BackendChoice) -> Backends:
     """Every backend, validated and started; raises BackendError with the reason.
 
@@ -134,7 +149,7 @@ async def build(choice: BackendChoice) -> Backends:
         from duplex.pipeline.detectors.smart_turn import SmartTurn
 
         turn_model = SmartTurn()
-    backends = Backends(talker, vocoder, thinker, SileroVad(), recognizer, turn_model)
+    backends = Backends(talker, vocoder, thinker, SileroVad(), recognizer, turn_model, _cleaning())
     if recognizer is not None or turn_model is not None:
         try:
             # Every model up front: the server's memory is what it will be under load.

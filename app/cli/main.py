@@ -48,7 +48,11 @@ def build_parser() -> argparse.ArgumentParser:
     mic.add_argument("--output", default=None, help="output device (name or index; default: the system's)")
     mic.add_argument("--rate", type=int, default=None, help="device sample rate (default: the input device's)")
     mic.add_argument("--list-devices", action="store_true", help="list audio devices and exit")
-    mic.add_argument("--no-echo-gate", action="store_true", help="send the microphone as is (use with headphones)")
+    mic.add_argument(
+        "--no-echo-cancellation",
+        action="store_true",
+        help="send the microphone as is, the server cancels the echo instead (or with headphones)",
+    )
     mic.add_argument("--jack-name", default=None, help="JACK client name, when PortAudio runs on JACK")
     return parser
 
@@ -74,7 +78,7 @@ def mic(args: argparse.Namespace) -> int:
             input_device=device(args.input),
             output_device=device(args.output),
             rate=args.rate,
-            echo_gate=not args.no_echo_gate,
+            echo_cancellation=not args.no_echo_cancellation,
             client_name=args.jack_name,
         )
         asyncio.run(demo.run())

@@ -7,11 +7,11 @@ cancel the callback stops or flushes at its next block; on a duck it plays on qu
 from the stream's own clock (the DAC time of each block), not from what was
 queued, and goes back as ``playback.ack``.
 
-Speakers without headphones: the microphone hears the reply. An echo gate
-(:mod:`duplex.app.clients.echo`) keeps the assistant from interrupting itself: while the
-speaker plays, a microphone frame only goes out if it is clearly louder than the
-echo the gate has learned to expect; otherwise it is replaced by faint noise. So
-with speakers you interrupt by speaking up; with headphones, as you like.
+Speakers without headphones: the microphone hears the reply. WebRTC's echo canceller
+(the server's own, :mod:`duplex.pipeline.webrtc_apm`) takes it out here, at the
+device's rate, with what the speaker played in the same callback as its reference:
+the assistant does not interrupt itself, and the user talks over it at any level.
+The session asks the server not to cancel again (``echo_cancellation: false``).
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from typing import Any, TextIO
 import numpy as np
 import soxr
 
-from duplex.app.clients.echo import EchoGate
 from duplex.app.clients.playback import Playback
 from duplex.app.clients.realtime import RealtimeClient
+from duplex.pipeline.echo import Cleaner
 
 SESSION_RATE = 24000
 ACK_S = 0.2
@@ -49,15 +49,15 @@ class MicDemo:
         input_device: str | int | None = None,
         output_device: str | int | None = None,
         rate: int | None = None,
-        echo_gate: bool = True,
+        echo_cancellation: bool = True,
         client_name: str | None = None,
         out: TextIO = sys.stderr,
     ) -> None:
         self.url = url
         self.devices = (input_device, output_device)
         self.rate = rate
-        self.echo_gate = echo_gate
-        self.gate: EchoGate | None = None
+        self.echo_cancellation = echo_cancellation
+        self.canceller: Cleaner | None = None
         self.client_name = client_name
         self.out = out
         self.tty = out.isatty()
@@ -67,7 +67,7 @@ class MicDemo:
         self.levels = [0.0, 0.0]
         self.input_samples = 0
         self.current: str | None = None
-        self._mic: asyncio.Queue[tuple[int, np.ndarray]] | None = None
+        self._mic: asyncio.Queue[tuple[np.ndarray, np.ndarray]] | None = None
         self._stream: Any = None
         self.speaker: Playback | None = None
         self._turn_end: float | None = None
@@ -87,7 +87,10 @@ class MicDemo:
             raise DemoError(f"no such audio device: {exc} (see `duplex mic --list-devices`)") from None
         rate = int(self.rate or info["default_samplerate"])
         self.speaker = Playback(rate)
-        self.gate = EchoGate(rate) if self.echo_gate else None
+        if self.echo_cancellation:
+            from duplex.pipeline.webrtc_apm import WebRtcCleaner
+
+            self.canceller = WebRtcCleaner(rate, echo=True, noise=False)
         self._mic = asyncio.Queue()
         mic = self._mic
         speaker = self.speaker
@@ -95,8 +98,8 @@ class MicDemo:
         def callback(indata: np.ndarray, outdata: np.ndarray, frames: int, t: Any, status: Any) -> None:
             if status:  # an overflow or underflow: a block was lost somewhere
                 speaker.xruns += 1
-            index = speaker.fill(outdata, t.outputBufferDacTime)
-            loop.call_soon_threadsafe(mic.put_nowait, (index, indata[:, 0].copy()))
+            speaker.fill(outdata, t.outputBufferDacTime)
+            loop.call_soon_threadsafe(mic.put_nowait, (indata[:, 0].copy(), outdata[:, 0].copy()))
 
         try:
             self._stream = sd.Stream(
@@ -154,9 +157,10 @@ class MicDemo:
             self.close_audio()
 
     async def session(self, client: RealtimeClient) -> None:
-        await client.send(
-            "session.update", session={"audio": {"input": {"format": {"type": "audio/pcm", "rate": SESSION_RATE}}}}
-        )
+        update: dict[str, Any] = {"audio": {"input": {"format": {"type": "audio/pcm", "rate": SESSION_RATE}}}}
+        if self.canceller is not None:
+            update["echo_cancellation"] = False  # done here, with the speaker's own output
+        await client.send("session.update", session=update)
         async with asyncio.TaskGroup() as tg:
             tg.create_task(self._capture(client))
             tg.create_task(self._acks(client))
@@ -169,32 +173,17 @@ class MicDemo:
         assert self._mic is not None and self.speaker is not None
         pending = np.zeros(0, np.float32)
         frame = SESSION_RATE // 50
-        noise = np.random.default_rng(0)
-        xruns = 0
         while True:
-            index, block = await self._mic.get()
+            block, played = await self._mic.get()
+            if self.canceller is not None:  # at the device's rate, before anything else
+                near = np.clip(np.rint(block * 32767), -32768, 32767).astype(np.int16)
+                far = np.clip(np.rint(played * 32767), -32768, 32767).astype(np.int16)
+                block = self.canceller.process(near, far).astype(np.float32) / 32768
             x = self._down.resample_chunk(block) if self._down is not None else block
             pending = np.concatenate([pending, x])
-            # Anchor every frame on the latest block's sample index: no drift.
-            end = index + block.size
-            scale = self._rate / SESSION_RATE
             while pending.size >= frame:
-                f_start = end - pending.size * scale
                 f, pending = pending[:frame], pending[frame:]
-                mic_rms = float(np.sqrt(np.mean(f**2)))
-                self.levels[0] = mic_rms
-                if self.gate is not None:
-                    fits = self.gate.fits
-                    if self.speaker.xruns != xruns:  # input and output indices may have slipped
-                        xruns = self.speaker.xruns
-                        self.gate.invalidate()
-                    age = self.speaker.reply_age(f_start)
-                    if not self.gate.admit(mic_rms, f_start, f_start + frame * scale, self.speaker.envelope, age):
-                        f = noise.normal(0, 0.001, f.size).astype(np.float32)  # the echo stays home
-                    if self.gate.fits != fits:
-                        self.say(
-                            f"echo path: {self.gate.delay_s * 1000:.0f} ms, {20 * np.log10(self.gate.coupling):.1f} dB"
-                        )
+                self.levels[0] = float(np.sqrt(np.mean(f**2)))
                 pcm = np.clip(np.rint(f * 32767), -32768, 32767).astype("<i2")
                 self.input_samples += pcm.size
                 await client.append(pcm)
@@ -261,9 +250,6 @@ class MicDemo:
                 self.set_state("listening")
             said = (r["output"] or [{}])[0].get("content", [{}])[0].get("transcript", "")
             lat = [f"{k} {v:.0f} ms" for k, v in self.latency.items() if v is not None]
-            if self.gate is not None:
-                lat.append(f"mic open {self.gate.opened * 20} ms")  # over the reply's echo
-                self.gate.opened = 0
             self.say(f"reply {r['status']}: {said!r}" + (f" ({', '.join(lat)})" if lat else ""))
         elif t == "conversation.item.truncated":
             if self.current:

@@ -1,7 +1,7 @@
 """The mic demo's speaker: replies queued at the device's rate and drained by the
 audio callback, which knows what it actually played (and when: the DAC time of
 each block), what to hold back (a paused reply) and what to play quieter (a
-ducked one). It also keeps the speaker's envelope for the echo gate.
+ducked one).
 """
 
 from __future__ import annotations
@@ -12,16 +12,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from duplex.app.clients.echo import Envelope
-
 
 @dataclass
 class Playback:
     """The playback side, shared between the event loop and the audio callback.
 
     ``index`` counts the stream's samples (input and output advance together in
-    a full-duplex callback); :attr:`envelope` keeps the output level by that
-    index for the echo gate."""
+    a full-duplex callback)."""
 
     rate: int
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -32,14 +29,11 @@ class Playback:
     blocks: deque[tuple[float, str | None, int, int]] = field(default_factory=lambda: deque(maxlen=256))
     """(dac_time, rid, start, n) of each output block."""
     written: dict[str, int] = field(default_factory=dict)  # rid -> samples handed to the device so far
-    first_index: dict[str, int] = field(default_factory=dict)  # rid -> stream sample index of its first output
     index: int = 0
     xruns: int = 0
     """Audio dropouts the callback was told of (input overflow, output underflow)."""
-    envelope: Envelope = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.envelope = Envelope(self.rate)
+    levels: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=64))
+    """(stream sample index, RMS) of recent output blocks, for the status line."""
 
     def push(self, rid: str, pcm: np.ndarray) -> None:
         with self.lock:
@@ -76,13 +70,10 @@ class Playback:
         start = self.written.get(rid, 0) if rid else 0
         if rid:
             self.written[rid] = start + pos
-            if rid not in self.first_index:
-                self.first_index[rid] = index
-                for old in list(self.first_index)[:-8]:  # a long session: only recent replies matter
-                    del self.first_index[old]
-                    self.written.pop(old, None)
+            for old in list(self.written)[:-8]:  # a long session: only recent replies matter
+                del self.written[old]
         self.blocks.append((dac_time, rid, start, pos))
-        self.envelope.add(index, out[:, 0])
+        self.levels.append((index, float(np.sqrt(np.mean(out[:, 0] ** 2)))))
         self.index = index + n
         return index
 
@@ -93,12 +84,7 @@ class Playback:
                 return start + min(n, int((now - dac) * self.rate))
         return 0
 
-    def reply_age(self, index: float) -> float | None:
-        """Seconds from the first output sample of the latest reply that had begun
-        by stream sample ``index`` to ``index``; None before any reply."""
-        firsts = [f for f in list(self.first_index.values()) if f <= index]
-        return (index - max(firsts)) / self.rate if firsts else None
-
     def level(self, window: float = 0.1) -> float:
         """Loudest output of the last ``window`` seconds written."""
-        return self.envelope.level(self.index - window * self.rate, self.index)
+        since = self.index - window * self.rate
+        return max((rms for at, rms in list(self.levels) if at >= since), default=0.0)

@@ -23,6 +23,7 @@ import numpy as np
 import websockets
 
 from duplex.app.clients.realtime import AUDIO_DELTAS, RealtimeClient, pcm_b64
+from duplex.app.clients.room import Echo, Room
 
 
 @dataclass(slots=True)
@@ -73,6 +74,7 @@ class SimulatedClient:
         keep_audio: bool = False,
         record: bool = False,
         realtime: bool = False,
+        room: Room | None = None,
     ) -> None:
         self.client = client
         self.ws = client.ws
@@ -87,6 +89,10 @@ class SimulatedClient:
         self.speaker: list[np.ndarray] = []
         """What the speaker played, frame by frame, silence included (with ``record``)."""
         self.realtime = realtime
+        if room is not None and input_rate != output_rate:
+            raise ValueError("a room needs the speaker and the microphone at one rate")
+        self._echo = Echo(room, input_rate) if room is not None else None
+        """The speaker heard by the microphone (a speakerphone), if any."""
         self._reader: asyncio.Task[None] | None = None
         self._clock_start: float | None = None  # wall time of input sample 0, in real-time mode
         self.input_samples = 0
@@ -162,11 +168,14 @@ class SimulatedClient:
                     self._clock_start = time.monotonic() - self.input_samples / self.input_rate
                 due = self._clock_start + self.input_samples / self.input_rate
                 await asyncio.sleep(max(0.0, due - time.monotonic()))
-            if self.record:
-                self.mic.append(frame.copy())
             # The speaker plays this frame's time from what had arrived by its start;
             # what the frame's audio makes the server send arrives at its end.
-            self._play(frame.size)
+            played = self._play(frame.size)
+            if self._echo is not None:  # ... and the microphone hears it through the room
+                mixed = frame.astype(np.float32) + self._echo(played)
+                frame = np.clip(np.round(mixed), -32768, 32767).astype(np.int16)
+            if self.record:
+                self.mic.append(frame.copy())
             await self.send("input_audio_buffer.append", audio=pcm_b64(frame))
             self.input_samples += frame.size
             self.sent_wall[self.input_samples] = time.monotonic()
@@ -277,8 +286,9 @@ class SimulatedClient:
         if self._current == rid:
             self._current = None
 
-    def _play(self, input_samples: int) -> None:
-        """The speaker drains ``input_samples`` worth of real time."""
+    def _play(self, input_samples: int) -> np.ndarray:
+        """The speaker drains ``input_samples`` worth of real time; returns what it
+        played then (silence included, at the output rate)."""
         start, end = self.input_samples, self.input_samples + input_samples
         touched: set[str] = {self._current} if self._current else set()
         out: list[np.ndarray] = []
@@ -297,9 +307,8 @@ class SimulatedClient:
                 take = min(budget, pcm.size)
                 h.played += take
                 budget -= take
-                if self.record:
-                    part = pcm[:take]
-                    out.append(part if self._gain == 1.0 else (part * self._gain).astype(np.int16))
+                part = pcm[:take]
+                out.append(part if self._gain == 1.0 else (part * self._gain).astype(np.int16))
                 if take == pcm.size:
                     self._buffer.popleft()
                 else:
@@ -307,12 +316,19 @@ class SimulatedClient:
         for rid in touched:
             h = self.heard[rid]
             h.history.append((end, h.played))
+        want = input_samples * self.output_rate // self.input_rate
+        played = np.concatenate(out) if out else np.zeros(0, np.int16)
+        played = np.pad(played, (0, max(0, want - played.size)))[: max(want, played.size)]
         if self.record:
-            want = input_samples * self.output_rate // self.input_rate
-            played = np.concatenate(out) if out else np.zeros(0, np.int16)
-            self.speaker.append(np.pad(played, (0, max(0, want - played.size)))[: max(want, played.size)])
+            self.speaker.append(played)
+        return played
 
     # -- reading results -----------------------------------------------------
+    @property
+    def playing(self) -> bool:
+        """Whether the speaker still has audio to play."""
+        return bool(self._buffer)
+
     def of_type(self, etype: str) -> list[Received]:
         return [r for r in self.events if r.event["type"] == etype]
 

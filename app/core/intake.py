@@ -9,6 +9,8 @@ other sessions run between them: :meth:`Intake.audio_of` (what a message carries
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from duplex.app.core.conversation import decode_audio
@@ -17,8 +19,12 @@ from duplex.app.core.listening import DEAF, Ears, Listener, Signal
 from duplex.app.core.pacing import SessionClock
 from duplex.app.core.protocol import ClientEvent, ProtocolError
 from duplex.app.core.settings import SessionSettings
+from duplex.pipeline.echo import Cleaner, Cleaning
 from duplex.pipeline.g711 import TelephoneInput
 from duplex.pipeline.voice_activity import VoiceActivity
+
+FarEnd = Callable[[float, float, int], "np.ndarray | None"] | None
+"""What played over input samples at session times ``t0..t1``, ``n`` of them."""
 
 
 class Intake:
@@ -31,8 +37,12 @@ class Intake:
         voice_activity: VoiceActivity | None,
         now: float,
         ears: Ears = DEAF,
+        cleaning: Cleaning | None = None,
     ) -> None:
         self.clock = clock
+        self.cleaning = cleaning
+        self.cleaner: Cleaner | None = None
+        """The microphone's cleaner (echo, noise) as the settings ask, if the server has one."""
         self.ears = ears
         self.limits = limits
         self.voice_activity = voice_activity
@@ -46,6 +56,7 @@ class Intake:
         self._budget_at = now
         self._accepted = 0  # bytes admitted but not heard yet
         self._telephone: TelephoneInput | None = None  # G.711 input, decoded and brought to the heard rate
+        self._cleaner_rate = 0
 
     def listen(self, settings: SessionSettings) -> list[Signal]:
         """Server VAD per the settings (from the current input sample), or none. Speech
@@ -64,6 +75,16 @@ class Intake:
         # Started at the current input sample: watermarks stay on the session's clock.
         self.listener = Listener(self.voice_activity, settings.input_rate, td, start=self.samples, ears=self.ears)
         return old.abandon() if old is not None else []
+
+    def clean(self, settings: SessionSettings) -> None:
+        """Open the cleaner the settings ask for (a new one when what it does changes)."""
+        echo, noise = settings.cleaning()
+        c = self.cleaner
+        if self.cleaning is None or not (echo or noise):
+            self.cleaner = None
+        elif c is None or (c.echo, c.noise, self._cleaner_rate) != (echo, noise, settings.input_rate):
+            self.cleaner = self.cleaning.open(settings.input_rate, echo=echo, noise=noise)
+            self._cleaner_rate = settings.input_rate
 
     def audio_of(self, message: ClientEvent | bytes, settings: SessionSettings) -> bytes:
         """The PCM16 an append event or a binary frame carries, at the session's input
@@ -108,12 +129,21 @@ class Intake:
         self._accepted += len(raw)
         self.received = True
 
-    def hear(self, raw: bytes, rate: int, now: float, *, replying: bool) -> list[Signal]:
-        """Accepted audio, in order: advance the clocks, buffer it or listen to it."""
+    def hear(self, raw: bytes, rate: int, now: float, *, replying: bool, far: FarEnd = None) -> list[Signal]:
+        """Accepted audio, in order: advance the clocks, clean it (``far``: what played
+        over it, given the session times it spans and its length), buffer it or listen
+        to it."""
         self._accepted = max(0, self._accepted - len(raw))
         samples = len(raw) // 2
         self.samples += samples
         self.clock.on_input(samples / rate, now)
+        if self.cleaner is not None and samples:
+            pcm = np.frombuffer(raw, "<i2").astype(np.int16)
+            t0 = self.clock.time_of_input(self.samples - samples, rate)
+            t1 = self.clock.time_of_input(self.samples, rate)
+            reference = far(t0, t1, samples) if far is not None and self.cleaner.echo else None
+            pcm = self.cleaner.process(pcm, reference)
+            raw = pcm.astype("<i2").tobytes()
         if self.listener is None:
             self._buffer += raw
             return []

@@ -20,8 +20,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from duplex.app.core.actions import STALE, CancelReply, Delivery, PrepareReply, ReplyPlan, StartReply
 from duplex.app.core.conversation import Item, Part
+from duplex.app.core.echo_reference import Tape, far_end
 from duplex.app.core.events import (
     AudioDelta,
     AudioDone,
@@ -87,6 +90,8 @@ class Reply:
     """Function calls by the thinker's call index."""
     out_of_band: bool = False
     """Its items stay out of the conversation (``conversation: "none"``)."""
+    tape: Tape = field(default_factory=Tape)
+    """Its audio sent and not yet played (while the session cancels echo)."""
 
     def move(self, event: ReplyEvent) -> None:
         """Take ``event`` (one of :data:`~duplex.app.core.reply_state.MOVES`, or it raises)."""
@@ -127,6 +132,8 @@ class Replies:
         self.latest: Reply | None = None
         self.playing: Reply | None = None
         """The latest reply with audio (it may still be playing, or be heard, or cut)."""
+        self.taping = False
+        """Whether replies keep their audio until played (the echo canceller's far end)."""
         self.epoch = 0
         """The session's epoch: the one counter, moved on by every reply and every prepared
         reply (each runs in its own, and a cancel retires it); the state handle records
@@ -341,6 +348,8 @@ class Replies:
             start_ms = chunk.start * 1000 // int(chunk.audio.rate)
             out.append(AudioDelta(r.ref, r.epoch, r.deltas, event.input_watermark, start_ms, chunk.audio.to_bytes()))
             r.playout.on_sent(n, self._t(now))
+            if self.taping:
+                r.tape.append(chunk.audio.data)
             r.item.audio_samples += n
             r.deltas += 1
             settings = self.ctx.settings
@@ -380,6 +389,16 @@ class Replies:
         r = self.playing
         if r is not None and r.id == response_id:
             r.playout.on_ack(played, self.ctx.clock.time_of_input(input_samples, self.ctx.settings.input_rate))
+
+    def far_end(self, t0: float, t1: float, n: int) -> np.ndarray | None:
+        """What the client played over ``n`` input samples at session times ``t0..t1``
+        (the echo canceller's reference), or None if nothing."""
+        r = self.playing
+        if r is None or r.phase not in AUDIBLE:
+            return None
+        td = self.ctx.settings.turn_detection
+        gain = 10 ** (td.duck_db / 20) if r.ducked and td is not None and td.duck_db is not None else 1.0
+        return far_end(r.tape, r.playout, t0, t1, n, self.ctx.settings.input_rate, gain)
 
     # -- barge-in ----------------------------------------------------------------
     def being_heard(self, now: float) -> Reply | None:

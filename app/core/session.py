@@ -37,6 +37,7 @@ from duplex.app.core.session_context import SessionContext
 from duplex.app.core.settings import SessionSettings, VoiceCheck, apply_update
 from duplex.app.core.tool_settings import function_tools
 from duplex.app.core.turn_taking import TurnTaking
+from duplex.pipeline.echo import Cleaning
 from duplex.pipeline.state import StateHandle
 from duplex.pipeline.stream import ChunkEvent
 from duplex.pipeline.voice_activity import VoiceActivity
@@ -62,6 +63,7 @@ class Session:
         tools: bool = True,
         can_duck: bool = True,
         input_idle_s: float = INPUT_IDLE_S,
+        cleaning: Cleaning | None = None,
     ) -> None:
         self.id = session_id
         self.tools = tools
@@ -82,8 +84,10 @@ class Session:
             check_voice,
         )
         self.replies = Replies(self.ctx, StateHandle(session_id, backend[0], backend[1]))
-        self.intake = Intake(self.clock, self.limits, voice_activity, now, ears)
+        self.intake = Intake(self.clock, self.limits, voice_activity, now, ears, cleaning)
         self.intake.listen(self.ctx.settings)
+        self.intake.clean(self.ctx.settings)
+        self.replies.taping = self.cancels_echo
         self.turn_taking = TurnTaking(self.ctx, self.replies, self.intake)
 
     @property
@@ -145,6 +149,8 @@ class Session:
         ended: Output = []
         if (before.turn_detection, before.input_rate) != (self.settings.turn_detection, self.settings.input_rate):
             ended = self.turn_taking.on_signals(self.intake.listen(self.settings), now)
+        self.intake.clean(self.settings)
+        self.replies.taping = self.cancels_echo
         read: Output = []
         if (before.instructions, before.tools, before.tool_choice) != (
             self.settings.instructions,
@@ -203,10 +209,16 @@ class Session:
         """Admit microphone audio under the session's limits, whole or not at all."""
         self.intake.accept(raw, self.settings.input_rate, now)
 
+    @property
+    def cancels_echo(self) -> bool:
+        """Whether the microphone's echo of the replies is cancelled."""
+        return self.intake.cleaner is not None and self.intake.cleaner.echo
+
     def hear(self, raw: bytes, now: float) -> Output:
         """Accepted audio, in order (in slices if the edge likes)."""
         replying = self.replies.being_heard(now) is not None
-        out = self.turn_taking.on_signals(self.intake.hear(raw, self.settings.input_rate, now, replying=replying), now)
+        signals = self.intake.hear(raw, self.settings.input_rate, now, replying=replying, far=self.replies.far_end)
+        out = self.turn_taking.on_signals(signals, now)
         return out + self.turn_taking.idle(now)
 
     def _on_input_audio_buffer_append(self, data: Data, now: float) -> Output:

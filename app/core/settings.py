@@ -5,6 +5,10 @@ the same field checks here, so a voice or a modality list means the same thing i
 both. Validation is all or nothing: the first bad field raises
 :class:`ProtocolError` and nothing changes. The wire shapes of the session object
 are rendered in :mod:`duplex.app.core.wire`.
+
+Why this module is long: every field a client may set is checked here, in one place,
+so that ``session.update`` and ``response.create`` cannot disagree on one; split by
+field, the GA and beta shapes of the same field would be read in two modules.
 """
 
 from __future__ import annotations
@@ -24,6 +28,11 @@ AudioFormat = Literal["pcm16", "pcmu", "pcma"]
 TurnDetectionType = Literal["server_vad", "semantic_vad"]
 TURN_DETECTION_TYPES: tuple[TurnDetectionType, ...] = get_args(TurnDetectionType)
 EagernessName = Literal["low", "medium", "high", "auto"]
+NoiseReduction = Literal["near_field", "far_field"]
+"""``near_field``: a headset or a close microphone (noise suppressed, nothing to cancel);
+``far_field``: a speakerphone or a room microphone (noise suppressed, the reply's echo
+cancelled)."""
+NOISE_REDUCTIONS: tuple[NoiseReduction, ...] = get_args(NoiseReduction)
 EAGERNESS_NAMES: tuple[EagernessName, ...] = get_args(EagernessName)
 PCM_FORMATS = {"audio/pcm", "pcm16"}
 G711_FORMATS: dict[str, AudioFormat] = {
@@ -103,6 +112,12 @@ class SessionSettings:
     """The longest reply the thinker may write, in tokens (``"inf"``: the thinker's own limit)."""
     temperature: float | None = None
     """The thinker's sampling temperature (None: the server's)."""
+    noise_reduction: NoiseReduction | None = None
+    """The protocol's ``input_audio_noise_reduction``: what kind of microphone, so what
+    to clean (None: noise is left as it is)."""
+    echo_cancellation: bool = True
+    """Extension: cancel the reply's echo in the microphone (the server's default;
+    ``near_field`` turns it off, ``far_field`` on). See :meth:`cleaning`."""
     binary_audio: bool = False
     """Extension: microphone audio may come as binary frames of raw PCM16, and each
     audio delta goes out as its JSON header followed by one binary frame."""
@@ -112,6 +127,12 @@ class SessionSettings:
     truncation: str | dict[str, Any] = "auto"
     """How the thinker's context is cut when the conversation outgrows it (see
     :func:`duplex.app.core.context.fit`): ``auto``, ``disabled`` or a retention ratio."""
+
+    def cleaning(self) -> tuple[bool, bool]:
+        """What the microphone's cleaner does: (cancel the echo, suppress noise)."""
+        nr = self.noise_reduction
+        echo = nr == "far_field" or (nr is None and self.echo_cancellation)
+        return echo, nr is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,6 +263,17 @@ def _turn_detection(value: Any, param: str, current: TurnDetection | None) -> Tu
     return replace(base, **updates)
 
 
+def _noise_reduction(value: Any, param: str) -> NoiseReduction | None:
+    """GA and beta alike: null, or an object whose ``type`` is near_field or far_field."""
+    if value is None:
+        return None
+    check_type(value, (dict,), param)
+    kind = value.get("type")
+    if kind not in NOISE_REDUCTIONS:
+        raise _bad(f"{param}.type", f"{param}.type must be one of {', '.join(NOISE_REDUCTIONS)}")
+    return cast(NoiseReduction, kind)
+
+
 def _pacing(value: Any, param: str, current: Pacing) -> Pacing:
     check_type(value, (dict,), param)
     enabled = _get(value, "enabled", (bool,), f"{param}.enabled") if "enabled" in value else current.enabled
@@ -320,6 +352,15 @@ def apply_update(
     ):
         if key in obj:
             s = replace(s, transcription=_transcription(obj[key], param))
+    for obj, key, param in (
+        (a_in, "noise_reduction", f"{p}.audio.input.noise_reduction"),
+        (update, "input_audio_noise_reduction", f"{p}.input_audio_noise_reduction"),
+    ):
+        if key in obj:
+            nr = _noise_reduction(obj[key], param)
+            s = replace(s, noise_reduction=nr, echo_cancellation=nr != "near_field" if nr else s.echo_cancellation)
+    if "echo_cancellation" in update:
+        s = replace(s, echo_cancellation=_get(update, "echo_cancellation", (bool,), f"{p}.echo_cancellation"))
     if "binary_audio" in update:
         s = replace(s, binary_audio=_get(update, "binary_audio", (bool,), f"{p}.binary_audio"))
     if "pacing" in update:

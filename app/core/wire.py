@@ -235,6 +235,10 @@ def _format_object(encoding: str, rate: int) -> dict[str, Any]:
     return {"type": "audio/pcm", "rate": rate} if encoding == "pcm16" else {"type": f"audio/{encoding}"}
 
 
+def _noise_object(s: SessionSettings) -> dict[str, Any] | None:
+    return None if s.noise_reduction is None else {"type": s.noise_reduction}
+
+
 def session_object(session_id: str, s: SessionSettings, beta: bool = False) -> dict[str, Any]:
     """The session object of ``session.created|updated``: GA, or the beta shape."""
     if beta:
@@ -249,6 +253,7 @@ def session_object(session_id: str, s: SessionSettings, beta: bool = False) -> d
             "input_audio_format": _BETA_FORMATS[s.input_format],
             "output_audio_format": _BETA_FORMATS[s.output_format],
             "input_audio_transcription": s.transcription,
+            "input_audio_noise_reduction": _noise_object(s),
             "turn_detection": _turn_object(s.turn_detection),
             "max_response_output_tokens": s.max_output_tokens,
             **({"temperature": s.temperature} if s.temperature is not None else {}),
@@ -256,6 +261,7 @@ def session_object(session_id: str, s: SessionSettings, beta: bool = False) -> d
             "tool_choice": s.tool_choice,
             "pacing": asdict(s.pacing),
             "binary_audio": s.binary_audio,
+            "echo_cancellation": s.cleaning()[0],
             "input_audio_rate": s.input_rate,
             "output_audio_rate": s.output_rate,
         }
@@ -270,6 +276,7 @@ def session_object(session_id: str, s: SessionSettings, beta: bool = False) -> d
             "input": {
                 "format": _format_object(s.input_format, s.input_rate),
                 "transcription": s.transcription,
+                "noise_reduction": _noise_object(s),
                 "turn_detection": _turn_object(s.turn_detection),
             },
             "output": {
@@ -284,4 +291,5 @@ def session_object(session_id: str, s: SessionSettings, beta: bool = False) -> d
         "truncation": s.truncation,
         "pacing": asdict(s.pacing),
         "binary_audio": s.binary_audio,
+        "echo_cancellation": s.cleaning()[0],
     }

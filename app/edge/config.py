@@ -48,6 +48,12 @@ class ServerConfig:
     )
     """Every served session starts with this, not the core's (the protocol's) server_vad:
     see :class:`~duplex.app.core.settings.TurnDetection`."""
+    echo_cancellation: bool = option(
+        True,
+        "cancel the reply's echo in a session's microphone (a speakerphone; WebRTC's AEC3, with the reply "
+        "as played for its reference); a client may choose per session (echo_cancellation, or "
+        "noise_reduction near_field: off, far_field: on)",
+    )
     max_sessions: int = option(200, "sessions at once; more are refused with 503")
     max_message_bytes: int = option(
         2 * 1024 * 1024, "largest client message; a larger one closes the session (1009) before it is buffered"

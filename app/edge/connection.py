@@ -98,7 +98,11 @@ class Connection:
         self.session = Session(
             "sess_" + uuid.uuid4().hex[:20],
             self.loop.time(),
-            settings=SessionSettings(voice=cfg.voice, turn_detection=TurnDetection(type=cfg.turn_detection)),
+            settings=SessionSettings(
+                voice=cfg.voice,
+                turn_detection=TurnDetection(type=cfg.turn_detection),
+                echo_cancellation=cfg.echo_cancellation,
+            ),
             check_voice=backends.talker.check_voice,
             limits=cfg.limits,
             voice_activity=backends.voice_activity,
@@ -107,6 +111,7 @@ class Connection:
             tools=getattr(backends.thinker, "tools", False),
             can_duck=extensions,  # a client that cannot be told to duck has the reply stop instead
             input_idle_s=cfg.input_idle_s,
+            cleaning=backends.cleaning,
         )
         self.wire = Wire(self.session.id, dialect, extensions=extensions)
         self._send_lock = asyncio.Lock()

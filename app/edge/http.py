@@ -22,6 +22,10 @@ def _response(status: HTTPStatus, body: bytes, content_type: str, extra: dict[st
     return Response(status.value, status.phrase, headers, body)
 
 
+def raw_response(status: HTTPStatus, body: bytes, content_type: str, extra: dict[str, str]) -> Response:
+    return _response(status, body, content_type, extra)
+
+
 def text_response(status: HTTPStatus, text: str) -> Response:
     return _response(status, (text + "\n").encode(), "text/plain; charset=utf-8")
 

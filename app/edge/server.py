@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from http import HTTPStatus
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import websockets
@@ -32,6 +33,7 @@ from duplex.app.core.events import (
 from duplex.app.core.protocol import REALTIME_PATH
 from duplex.app.core.wire import BETA, GA
 from duplex.app.edge import access
+from duplex.app.edge.calls import CALLS_PATH, Calls
 from duplex.app.edge.config import ServerConfig
 from duplex.app.edge.connection import Connection
 from duplex.app.edge.fairness import FairQueue, LoopShare
@@ -42,6 +44,7 @@ from duplex.app.edge.http import (
     is_upgrade,
     json_response,
     metrics_response,
+    raw_response,
     static_file,
     text_response,
 )
@@ -85,6 +88,9 @@ class DuplexServer:
         self._trimming: asyncio.Task[None] | None = None
         self.trimmed = True
         """No session has opened since memory was last given back (nor since the start)."""
+        self.calls = Calls()
+        """WebRTC calls, each bridged to a session of this server."""
+        self._hanging_up: asyncio.Task[None] | None = None
 
     @property
     def port(self) -> int:
@@ -130,13 +136,17 @@ class DuplexServer:
         await self._server.serve_forever()
 
     def close(self) -> None:
-        """Stop accepting; close every session with a close frame."""
+        """Stop accepting; close every session with a close frame (and every call)."""
+        if self.calls.calls:
+            self._hanging_up = asyncio.get_running_loop().create_task(self.calls.aclose(), name="hang-up")
         if self._server is not None:
             self._server.close()
         if self._trimming is not None:
             self._trimming.cancel()
 
     async def wait_closed(self) -> None:
+        if self._hanging_up is not None:
+            await self._hanging_up
         if self._server is not None:
             await self._server.wait_closed()
 
@@ -202,12 +212,17 @@ class DuplexServer:
             m.count_to("duplex_turn_transcripts_total", n, model=model)
         return m.render()
 
-    def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
+    def _process_request(
+        self, connection: ServerConnection, request: Request
+    ) -> Response | None | Coroutine[Any, Any, Response]:
         peer = _peer(connection)
         duplicated = duplicated_header(request)
         if duplicated is not None:
             self.refuse(peer, "bad_request", f"the {duplicated} header is repeated")
             return text_response(HTTPStatus.BAD_REQUEST, f"the {duplicated} header may appear only once")
+        body = getattr(connection, "post_body", None)
+        if body is not None:
+            return self._post(peer, request, body)
         if request.method not in ("GET", "HEAD"):
             return text_response(HTTPStatus.METHOD_NOT_ALLOWED, "only GET and HEAD are served here")
         response = self._route(peer, request)
@@ -218,6 +233,27 @@ class DuplexServer:
                 else text_response(HTTPStatus.METHOD_NOT_ALLOWED, "a WebSocket handshake is a GET")
             )
         return response
+
+    async def _post(self, peer: str, request: Request, body: bytes) -> Response:
+        """A POST: a WebRTC call (``/v1/realtime/calls``), or nothing else."""
+        path = request.path.split("?", 1)[0]
+        if not path.startswith(CALLS_PATH):
+            return text_response(HTTPStatus.METHOD_NOT_ALLOWED, f"POST is served only at {CALLS_PATH}")
+        cfg = self.config
+        refusal = access.check(
+            request, api_key=cfg.api_key, origins=access.allowed_origins(cfg.allowed_origins, cfg.host, self.port)
+        )
+        if refusal is not None:
+            self.refuse(peer, "forbidden" if refusal.status == HTTPStatus.FORBIDDEN else "unauthorized", refusal.reason)
+            return text_response(refusal.status, refusal.reason)
+        host = self._server.sockets[0].getsockname()[0] if self._server is not None else "127.0.0.1"
+        host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+        url = f"ws://{'[' + host + ']' if ':' in host else host}:{self.port}{REALTIME_PATH}?duplex=1"
+        headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
+        status, ctype, answer, extra = await self.calls.post(
+            path, body, request.headers.get("Content-Type", ""), headers, url
+        )
+        return raw_response(status, answer, ctype, extra)
 
     def _route(self, peer: str, request: Request) -> Response | None:
         path = request.path.split("?", 1)[0]

@@ -40,6 +40,10 @@ of audio, ample for a voice stream at any round trip a conversation survives."""
 PINGS_PER_S = 5.0
 PING_BURST = 50.0
 """Pings a client may send at once, refilled at :data:`PINGS_PER_S`."""
+MAX_POST_BYTES = 256 * 1024
+"""The largest request body taken (a WebRTC call's SDP offer and session: ~10 KB)."""
+POST_HEADER = "X-Duplex-Post"
+"""Set on a POST handed to the handshake's parser as a GET (its body kept aside)."""
 
 
 class GuardedConnection(ServerConnection):
@@ -53,6 +57,10 @@ class GuardedConnection(ServerConnection):
         self.dropped: str | None = None
         self._pings = PING_BURST
         self._pinged_at = 0.0
+        self._head: bytearray | None = bytearray()  # the first bytes, until the request's kind is known
+        self.post_body: bytes | None = None
+        """A POST's body: the handshake's parser reads requests without one, so a POST
+        is handed to it as a GET marked with :data:`POST_HEADER`, its body kept here."""
 
     def connection_made(self, transport: Any) -> None:
         sock = transport.get_extra_info("socket")
@@ -68,9 +76,45 @@ class GuardedConnection(ServerConnection):
         return int(transport.get_write_buffer_size()) if transport is not None else 0
 
     def data_received(self, data: bytes) -> None:
+        if self._head is not None:
+            data = self._post(data)
+            if not data:
+                return
         super().data_received(data)
         if self.dropped is None and self.unsent > self.max_unsent:
             self.drop(f"{self.unsent} bytes unsent (bound {self.max_unsent})")
+
+    def _post(self, data: bytes) -> bytes:
+        """The first bytes of the connection: a POST is read whole (headers and body)
+        and given to the parser as a marked GET; anything else goes on as it came."""
+        assert self._head is not None
+        self._head += data
+        if len(self._head) < 5 and b"POST "[: len(self._head)] == bytes(self._head):
+            return b""  # not enough to tell yet
+        if not self._head.startswith(b"POST "):
+            head, self._head = bytes(self._head), None
+            return head
+        end = self._head.find(b"\r\n\r\n")
+        if end < 0:
+            if len(self._head) > 16 * 1024:
+                self.transport.close()
+            return b""
+        lines = bytes(self._head[:end]).split(b"\r\n")
+        length = 0
+        for line in lines[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value.strip()) if value.strip().isdigit() else -1
+        if not 0 <= length <= MAX_POST_BYTES:
+            self.transport.close()  # no length, or too long: not a request this server takes
+            return b""
+        if len(self._head) < end + 4 + length:
+            return b""
+        self.post_body = bytes(self._head[end + 4 : end + 4 + length])
+        kept = [ln for ln in lines[1:] if not ln.lower().startswith((b"content-length:", b"transfer-encoding:"))]
+        request_line = b"GET " + lines[0][5:]
+        self._head = None
+        return b"\r\n".join([request_line, *kept, POST_HEADER.encode() + b": 1"]) + b"\r\n\r\n"
 
     def process_event(self, event: Any) -> None:
         if isinstance(event, Frame) and event.opcode is Opcode.PING and self.dropped is None:

@@ -1,0 +1,261 @@
+"""The echo canceller: the reply's echo taken out of a speakerphone's microphone.
+
+The canceller is WebRTC's own (AEC3 through ``livekit``'s binary wheel); its reference
+is the reply as the client played it (the session's playout model and the client's
+acks). In process it must remove a known echo and keep speech over it; through the
+real server, a client whose speaker leaks into its microphone (a room: four
+reflections, the first 60 ms late) must not interrupt itself, and its backchannels and
+interruptions must be judged as without the echo.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from duplex.app.clients.room import Echo, Room
+from duplex.app.clients.simulated import SimulatedClient
+from duplex.app.core.session import Session
+from duplex.pipeline.backends import Backends
+from duplex.pipeline.echo import Framed
+from duplex.pipeline.frames import AudioBuffer
+from duplex.pipeline.stages import OutputChunk
+from duplex.pipeline.stream import ChunkEvent
+from duplex.pipeline.webrtc_apm import WebRtcCleaner, WebRtcCleaning
+from lab.voices import load_corpus, resample, variant
+from tests.test_session import ev, start_reply
+from tests.util import start_reply as start_typed_reply
+
+RATE = 24000
+CORPUS = load_corpus()
+REPLY = " ".join(f"This is sentence number {i} of a long reply." for i in range(4))
+
+
+def db(x: np.ndarray) -> float:
+    return float(10 * np.log10(np.mean(x.astype(np.float64) ** 2) + 1e-9))
+
+
+def speech(*names: str) -> np.ndarray:
+    return np.concatenate([resample(CORPUS[n].pcm, CORPUS[n].rate, RATE) for n in names]).astype(np.int16)
+
+
+def through_room(cleaner: Any, far: np.ndarray, user: np.ndarray, at: int, level_db: float, step: int):
+    """The microphone (the room's echo of ``far``, ``user`` from ``at``) cleaned in
+    slices of ``step``; returns (cleaned, echo alone)."""
+    room = Echo(Room(level_db=level_db), RATE)
+    talk = np.zeros(far.size, np.float32)
+    talk[at : at + user.size] = user[: far.size - at]
+    out, echoes = [], []
+    for i in range(0, far.size, step):
+        f = far[i : i + step]
+        e = room(f)
+        echoes.append(e)
+        out.append(cleaner.process(np.clip(talk[i : i + step] + e, -32768, 32767).astype(np.int16), f))
+    return np.concatenate(out), np.concatenate(echoes)
+
+
+@pytest.mark.parametrize("level_db", [-15.0, -6.0])
+def test_the_canceller_removes_a_known_echo_and_keeps_speech_over_it(level_db):
+    far = speech("turn_05_am_michael", "turn_13_bm_george", "turn_07_am_michael", "turn_05_am_michael")
+    user = speech("turn_10_bf_emma")
+    at = far.size - user.size - RATE // 4
+    cleaner = WebRtcCleaner(RATE, echo=True, noise=False)
+    out, echo = through_room(cleaner, far, user, at, level_db, RATE // 50)
+    assert out.size == far.size
+    settled = slice(RATE * 2, at)  # after two seconds of reply, before the user speaks
+    assert db(echo[settled]) - db(out[settled]) >= 25, "the echo is removed"
+    kept = db(out[at : at + user.size]) - db(user)
+    assert abs(kept) <= 3, f"speech over the echo kept within 3 dB ({kept:+.1f})"
+    assert cleaner.cpu_s < far.size / RATE * 0.1, "cheap: under 10 % of a core"
+
+
+def test_a_microphone_that_hears_no_echo_keeps_the_speech_over_the_reply_whole():
+    # A headset, or a client sending digital silence: AEC3 alone took 37-57 dB off the
+    # first quarter second of the user's speech here, as if it were the reply.
+    far = speech("turn_05_am_michael", "turn_13_bm_george", "turn_07_am_michael")
+    user = speech("turn_10_bf_emma")
+    at = RATE  # a second into the reply
+    cleaner = WebRtcCleaner(RATE, echo=True, noise=False)
+    out, _ = through_room(cleaner, far, user, at, -200.0, RATE // 50)
+    said = slice(at, at + min(user.size, far.size - at))
+    onset = slice(at, at + RATE // 4)
+    assert abs(db(out[said]) - db(user[: said.stop - at])) <= 1
+    assert abs(db(out[onset]) - db(user[: RATE // 4])) <= 1, "the onset too: barge-in is decided on it"
+    assert not cleaner.presence.audible
+
+
+def test_any_slicing_keeps_every_sample_and_still_cancels():
+    far = speech("turn_05_am_michael", "turn_13_bm_george", "turn_07_am_michael")
+    cleaner = WebRtcCleaner(RATE, echo=True, noise=False)
+    out, echo = through_room(cleaner, far, np.zeros(0, np.int16), 0, -15.0, 173)  # 7.2 ms: never a whole frame
+    assert out.size == far.size, "as many samples out as in"
+    assert 0 < cleaner.lag < 240, "at most one frame behind"
+    settled = slice(RATE * 2, None)
+    assert db(echo[settled]) - db(out[settled]) >= 25
+
+
+def test_nothing_is_processed_while_nothing_plays():
+    calls: list[int] = []
+
+    def step(near: np.ndarray, far: np.ndarray) -> np.ndarray:
+        calls.append(near.size)
+        return near
+
+    framed = Framed(RATE, step, always=False)
+    mic = np.full(480, 100, np.int16)
+    for _ in range(100):  # two seconds, nothing playing
+        assert framed.process(mic, None) is mic
+    assert calls == [] and framed.lag == 0
+    framed.process(mic, np.full(480, 1000, np.int16))  # a reply plays: every frame now
+    assert calls == [240, 240]
+    for _ in range(25):  # the room's tail: still processed for half a second
+        framed.process(mic, None)
+    assert len(calls) == 2 + 50
+    framed.process(mic, None)
+    assert len(calls) == 52, "then nothing again"
+
+
+def test_near_field_suppresses_steady_noise():
+    rng = np.random.default_rng(1)
+    hiss = (rng.standard_normal(RATE * 4) * 300).astype(np.int16)  # -40 dBFS of fan noise
+    cleaner = WebRtcCleaner(RATE, echo=False, noise=True)
+    out = np.concatenate([cleaner.process(hiss[i : i + 480], None) for i in range(0, hiss.size, 480)])
+    assert db(hiss[RATE * 2 :]) - db(out[RATE * 2 :]) >= 6
+
+
+class Recorder:
+    """A cleaner that keeps what it was given (to read the reference the session builds)."""
+
+    echo, noise, cpu_s = True, False, 0.0
+
+    def __init__(self) -> None:
+        self.far: list[np.ndarray | None] = []
+
+    def process(self, near: np.ndarray, far: np.ndarray | None) -> np.ndarray:
+        self.far.append(far)
+        return near
+
+
+class Recording:
+    name = "recording"
+
+    def __init__(self) -> None:
+        self.opened: list[Recorder] = []
+
+    def open(self, rate: int, *, echo: bool, noise: bool) -> Recorder:
+        self.opened.append(Recorder())
+        return self.opened[-1]
+
+
+def test_the_reference_is_what_the_client_played_over_each_piece_of_input():
+    cleaning = Recording()
+    s = Session("sess_echo", 0.0, cleaning=cleaning)
+    rec = cleaning.opened[-1]
+    s.hear(np.zeros(2400, np.int16).tobytes(), 0.1)  # 0.1 s of input: the input clock runs
+    action = start_reply(s)
+    ramp = AudioBuffer.pcm(np.arange(4800, dtype=np.int16), RATE, "test")  # each sample tells where it is
+    s.on_output(ChunkEvent(action.response_id, 1, 0, action.epoch, "audio", OutputChunk(ramp, 0)), 0.1)
+    s.hear(np.zeros(1200, np.int16).tobytes(), 0.15)  # 50 ms: played from when it arrived
+    assert rec.far[0] is None, "nothing played before the reply"
+    assert np.array_equal(rec.far[-1], np.arange(1200))
+    s.hear(np.zeros(2400, np.int16).tobytes(), 0.25)
+    assert np.array_equal(rec.far[-1], np.arange(1200, 3600))
+    # The client says it had played only 2400 samples by then: its playback is believed.
+    s.feed(ev("playback.ack", response_id=action.response_id, played_samples=2400, input_samples=2400 + 3600), 0.25)
+    s.hear(np.zeros(1200, np.int16).tobytes(), 0.3)
+    assert np.array_equal(rec.far[-1], np.arange(2400, 3600))
+
+
+def test_noise_reduction_is_applied_and_reported():
+    s = Session("sess_nr", 0.0, cleaning=WebRtcCleaning())
+    assert s.intake.cleaner is not None and (s.intake.cleaner.echo, s.intake.cleaner.noise) == (True, False)
+    update = {"audio": {"input": {"noise_reduction": {"type": "near_field"}}}}
+    out = s.feed(ev("session.update", session=update), 0.0)
+    session = out[0].settings
+    assert session.noise_reduction == "near_field"
+    from duplex.app.core.wire import session_object
+
+    assert session_object("sess_nr", session)["audio"]["input"]["noise_reduction"] == {"type": "near_field"}
+    assert (s.intake.cleaner.echo, s.intake.cleaner.noise) == (False, True), "a headset: noise only"
+    s.feed(ev("session.update", session={"input_audio_noise_reduction": {"type": "far_field"}}), 0.0)
+    assert (s.intake.cleaner.echo, s.intake.cleaner.noise) == (True, True), "a speakerphone: both"
+    assert session_object("sess_nr", s.settings, beta=True)["input_audio_noise_reduction"] == {"type": "far_field"}
+    bad = s.feed(ev("session.update", session={"input_audio_noise_reduction": {"type": "loud"}}), 0.0)
+    assert bad[0].error.code == "invalid_value" and s.settings.noise_reduction == "far_field"
+    s.feed(ev("session.update", session={"input_audio_noise_reduction": None, "echo_cancellation": False}), 0.0)
+    assert s.intake.cleaner is None, "nothing to clean"
+
+
+# -- through the real server ----------------------------------------------------
+
+
+@pytest.fixture
+async def speakerphone(make_server, backends: Backends):
+    backends.cleaning = WebRtcCleaning()
+    return await make_server(turn_detection="semantic_vad")
+
+
+async def echoed(server, level_db: float, *, cancel: bool = True) -> SimulatedClient:
+    sim = await SimulatedClient.open(server.port, room=Room(level_db=level_db))
+    if not cancel:
+        await sim.send("session.update", session={"echo_cancellation": False})
+    return sim
+
+
+def interrupted_itself(sim: SimulatedClient) -> bool:
+    return bool(
+        sim.of_type("response.output_audio.ducked")
+        or sim.of_type("response.output_audio.paused")
+        or sim.of_type("conversation.item.truncated")
+        or sim.of_type("input_audio_buffer.speech_started")
+    )
+
+
+async def test_a_reply_on_a_speakerphone_never_interrupts_itself(speakerphone):
+    sim = await echoed(speakerphone, -15.0)
+    rid = await start_typed_reply(sim, REPLY)
+    await sim.silence(12.0)
+    done = [r.event["response"] for r in sim.of_type("response.done") if r.event["response"]["id"] == rid]
+    assert done and done[0]["status"] == "completed"
+    assert not interrupted_itself(sim), [r.event["type"] for r in sim.events]
+    assert sim.heard[rid].played == sim.heard[rid].received > 3 * RATE
+    await sim.ws.close()
+    # The same room without the canceller: the reply hears itself (what the test guards).
+    sim = await echoed(speakerphone, -15.0, cancel=False)
+    await start_typed_reply(sim, REPLY)
+    await sim.silence(6.0)
+    assert interrupted_itself(sim)
+    await sim.ws.close()
+
+
+async def test_a_backchannel_over_an_echoed_reply_does_not_cancel_it(speakerphone):
+    sim = await echoed(speakerphone, -15.0)
+    rid = await start_typed_reply(sim, REPLY)
+    await sim.silence(2.0)
+    await sim.stream(variant(CORPUS["bc_okay_am_michael"], "clean", RATE))
+    await sim.silence(12.0)
+    done = [r.event["response"] for r in sim.of_type("response.done") if r.event["response"]["id"] == rid]
+    assert done and done[0]["status"] == "completed", done
+    assert not sim.of_type("conversation.item.truncated")
+    await sim.ws.close()
+
+
+async def test_an_interruption_over_an_echoed_reply_cuts_it_where_the_user_began(speakerphone):
+    clip = CORPUS["turn_07_am_michael"]
+    sim = await echoed(speakerphone, -15.0)
+    rid = await start_typed_reply(sim, REPLY)
+    await sim.silence(2.0)
+    base = sim.input_samples
+    await sim.stream(variant(clip, "clean", RATE))
+    await sim.silence(3.0)
+    onset = base + clip.speech_start * RATE // clip.rate
+    done = [r for r in sim.of_type("response.done") if r.event["response"]["id"] == rid][0]
+    assert done.event["response"]["status"] == "cancelled"
+    cut = sim.of_type("conversation.item.truncated")[0].event
+    played = sim.played_at(rid, onset) * 1000 // RATE
+    assert abs(cut["audio_end_ms"] - played) <= 150, (cut["audio_end_ms"], played)
+    heard = sim.of_type("conversation.item.input_audio_transcription.completed")[-1].event["transcript"]
+    assert "sentence number" not in heard.lower(), f"the reply's words leaked into the user's: {heard!r}"
+    await sim.ws.close()
