@@ -117,6 +117,8 @@ class Tally:
     alone_ducked: list[bool] = field(default_factory=list)
     interruption_words: list[tuple[int, int]] = field(default_factory=list)
     """(word errors, words) of what was heard of each interruption."""
+    by_condition: dict[str, tuple[list[float], list[tuple[int, int]]]] = field(default_factory=dict)
+    """Per condition of the turns: (ends of turn, (word errors, words))."""
 
 
 def at24(clip: Clip, sample: int) -> int:
@@ -138,11 +140,14 @@ FAST = False
 """Replay faster than real time (``--fast``)."""
 ROOM: Room | None = None
 """The speakerphone's room (``--echo``): the client hears its own speaker."""
+NOISE_REDUCTION: str | None = None
+"""The sessions' ``input_audio_noise_reduction`` (``--noise-reduction``)."""
 
 
 async def session(url: str, td: str) -> SimulatedClient:
     sim = await SimulatedClient.open(url, realtime=not FAST, room=ROOM)
-    await sim.send("session.update", session={"turn_detection": {"type": td}})
+    nr = {"type": NOISE_REDUCTION} if NOISE_REDUCTION else None
+    await sim.send("session.update", session={"turn_detection": {"type": td}, "input_audio_noise_reduction": nr})
     await sim.start()
     return sim
 
@@ -190,6 +195,11 @@ async def turn(url: str, td: str, clip: Clip, condition: str, seed: int, t: Tall
     for r, into in ((stopped, t.eot), (done, t.transcript), (created, t.created), (audio, t.first_audio)):
         if r is not None:
             into.append((r.at - end) / RATE)
+    eots, words = t.by_condition.setdefault(condition, ([], []))
+    if stopped is not None:
+        eots.append((stopped.at - end) / RATE)
+    if done is not None and clip.text is not None:
+        words.append(wer(clip.text, done.event["transcript"]))
     if stopped is not None:
         audio_end = stopped.event["audio_end_ms"] * RATE // 1000
         t.silence.append((audio_end - end) / RATE)
@@ -457,6 +467,21 @@ def report(results: dict[str, Tally]) -> None:
         )
 
 
+def report_conditions(results: dict[str, Tally]) -> None:
+    """The turns by condition: end of turn (median / p90 s) and live WER."""
+    conditions = sorted({c for t in results.values() for c in t.by_condition})
+    print("\nTurns by condition: end of turn (median / p90 s); live WER\n")
+    print("| run | " + " | ".join(conditions) + " |")
+    print("|---|" + "---|" * len(conditions))
+    for name, t in results.items():
+        cells = []
+        for c in conditions:
+            eots, words = t.by_condition.get(c, ([], []))
+            errors, n = sum(e for e, _ in words), sum(k for _, k in words)
+            cells.append(f"{s(eots)}; {errors / max(1, n):.3f}")
+        print(f"| {name} | " + " | ".join(cells) + " |")
+
+
 def report_echo(results: dict[str, Tally]) -> None:
     """``--echo`` / ``--over-reply``: over a reply, with and without the room's echo."""
     print("\nOver a reply on a speakerphone (median / p90 s)\n")
@@ -514,6 +539,12 @@ async def main() -> None:
     ap.add_argument(
         "--canceller", choices=("on", "off"), action="append", help="the server's echo canceller (default: on)"
     )
+    ap.add_argument(
+        "--noise-reduction",
+        choices=("none", "near_field", "far_field"),
+        action="append",
+        help="compare the sessions' input_audio_noise_reduction (default: none)",
+    )
     ap.add_argument("--split", choices=("tune", "heldout", "all"), action="append", help="default: tune and heldout")
     ap.add_argument("--fast", action="store_true", help="faster than real time (decisions exact, latencies not)")
     ap.add_argument(
@@ -522,7 +553,7 @@ async def main() -> None:
         help="also: VAD onset and CPU in process (the barge-in baseline), coughs and clicks over a reply, stale audio",
     )
     args = ap.parse_args()
-    global FAST, THINKER, ROOM
+    global FAST, THINKER, ROOM, NOISE_REDUCTION
     FAST = args.fast
     results: dict[str, Tally] = {}
     for talker, asr, thinker, canceller in itertools.product(
@@ -536,10 +567,14 @@ async def main() -> None:
             *(("--no-echo-cancellation",) if canceller == "off" else ()),
         )
         with server.running():
-            for split, td, level in itertools.product(
-                args.split or ("tune", "heldout"), args.detector or ("server_vad", "semantic_vad"), args.echo or [None]
+            for split, td, level, nr in itertools.product(
+                args.split or ("tune", "heldout"),
+                args.detector or ("server_vad", "semantic_vad"),
+                args.echo or [None],
+                args.noise_reduction or ["none"],
             ):
                 ROOM = None if level is None else Room(level_db=level)
+                NOISE_REDUCTION = None if nr == "none" else nr
                 name = ", ".join(
                     x
                     for x in (
@@ -549,6 +584,7 @@ async def main() -> None:
                         thinker and f"thinker {thinker}",
                         canceller and f"canceller {canceller}",
                         "no echo" if level is None else f"echo {level:g} dB",
+                        nr != "none" and f"noise reduction {nr}",
                         split,
                     )
                     if x
@@ -562,6 +598,7 @@ async def main() -> None:
         report_echo(results)
         return
     report(results)
+    report_conditions(results)
     if args.echo:
         report_echo(results)
     if args.listening:

@@ -90,3 +90,41 @@ async def test_a_call_the_server_cannot_take_is_refused_with_its_reason(server):
         r = await http.post(f"http://127.0.0.1:{server.port}/v1/realtime/calls/rtc_nope/hangup")
         assert r.status_code == 404
     await caller.close()
+
+
+async def test_a_post_the_server_will_not_read_is_closed_and_other_sessions_go_on(server):
+    import contextlib
+
+    async def raw(request: bytes) -> bytes:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(request)
+        await writer.drain()
+        try:
+            return await asyncio.wait_for(reader.read(), 10)
+        finally:
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+
+    # More than the server takes: nothing is buffered, the connection closes.
+    assert await raw(b"POST /v1/realtime/calls HTTP/1.1\r\nHost: x\r\nContent-Length: 999999999\r\n\r\n") == b""
+    # No body where one is needed, or one where none is: a clear answer at once.
+    assert (await raw(b"POST /v1/realtime/calls HTTP/1.1\r\nHost: x\r\n\r\n")).startswith(b"HTTP/1.1 415")
+    assert (await raw(b"POST /v1/realtime HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\n")).startswith(
+        b"HTTP/1.1 405"
+    )
+    # A body is read whole, however it is split.
+    answer = await raw(
+        b"POST /v1/realtime/calls HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nhello"
+    )
+    assert answer.startswith(b"HTTP/1.1 415"), answer
+    async with httpx.AsyncClient() as http:
+        assert (await http.get(f"http://127.0.0.1:{server.port}/healthz")).status_code == 200
+
+
+async def test_a_call_past_the_session_limit_is_refused_like_a_session(make_server):
+    full = await make_server(max_sessions=0)
+    caller = Caller()
+    r = await caller.call(full.port)
+    assert r.status_code == 503 and "too many sessions" in r.text
+    await caller.close()

@@ -259,3 +259,17 @@ async def test_an_interruption_over_an_echoed_reply_cuts_it_where_the_user_began
     heard = sim.of_type("conversation.item.input_audio_transcription.completed")[-1].event["transcript"]
     assert "sentence number" not in heard.lower(), f"the reply's words leaked into the user's: {heard!r}"
     await sim.ws.close()
+
+
+@pytest.mark.parametrize("level_db", [-40.0, -30.0, -15.0])
+def test_an_echo_is_judged_present_and_a_user_over_the_reply_is_not(level_db):
+    far = speech("turn_05_am_michael", "turn_13_bm_george", "turn_07_am_michael")
+    user = speech("turn_10_bf_emma", "turn_09_bf_emma")
+    echoed = WebRtcCleaner(RATE, echo=True, noise=False)
+    through_room(echoed, far, np.zeros(0, np.int16), 0, level_db, RATE // 50)
+    assert echoed.presence.audible and (echoed.presence.correlation or 0) >= 0.5
+    # No echo, a real microphone's noise, and the user talking over most of the reply:
+    # the user's levels do not follow the reply's.
+    talked_over = WebRtcCleaner(RATE, echo=True, noise=False)
+    through_room(talked_over, far, user, RATE // 2, -200.0, RATE // 50)
+    assert not talked_over.presence.audible and (talked_over.presence.correlation or 1) < 0.3

@@ -94,9 +94,11 @@ class Runner:
             if created.get("type") != "session.created":
                 result.fail(f"first event was {created.get('type')!r}, not session.created")
             await sim.start()
-            if scenario.session:
-                await sim.send("session.update", session=scenario.session)
-                await sim.sync()
+            # A replay's microphone is its script: no room, no echo to cancel (and until
+            # the server has judged that, AEC3 would take words said over the first
+            # reply's first second for echo: pipeline/echo.py).
+            await sim.send("session.update", session={"echo_cancellation": False, **(scenario.session or {})})
+            await sim.sync()
             connected = True
             await sim.silence(c.lead_in_s)
             step_start = len(sim.events)

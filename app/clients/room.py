@@ -26,6 +26,8 @@ class Room:
     delay_ms: float = 60.0
     """When the first reflection arrives after the sound is played."""
     reflections: int = 4
+    floor_dbfs: float | None = -70.0
+    """The microphone's own noise (a real one is never digitally silent); None: none."""
 
     def taps(self, rate: int) -> list[tuple[int, float]]:
         """(delay in samples, gain) of each reflection, their powers summing to the level."""
@@ -44,10 +46,13 @@ class Echo:
 
     def __init__(self, room: Room, rate: int) -> None:
         self.taps = room.taps(rate)
+        self._floor = 0.0 if room.floor_dbfs is None else 32768 * 10 ** (room.floor_dbfs / 20)
+        self._noise = np.random.default_rng(0)
         self._history = np.zeros(max(d for d, _ in self.taps), np.float32)  # what played before this frame
 
     def __call__(self, played: np.ndarray) -> np.ndarray:
-        """The echo over the frame in which ``played`` (int16) was played (float32)."""
+        """The echo over the frame in which ``played`` (int16) was played, and the
+        microphone's noise floor (float32)."""
         n = played.size
         x = np.concatenate([self._history, played.astype(np.float32)])
         out = np.zeros(n, np.float32)
@@ -55,4 +60,6 @@ class Echo:
             start = self._history.size - delay
             out += gain * x[start : start + n]
         self._history = x[-self._history.size :]
+        if self._floor:
+            out += self._noise.standard_normal(n).astype(np.float32) * self._floor
         return out

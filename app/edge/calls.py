@@ -33,12 +33,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import websockets
 
+from duplex.app.edge.transport import CALLS_PATH
+
 if TYPE_CHECKING:
     from duplex.app.edge.call_media import ReplyTrack
 
 log = logging.getLogger("duplex.server")
 
-CALLS_PATH = "/v1/realtime/calls"
 ACK_S = 0.1
 """How often the track's playback position goes to the session."""
 EXTENSION_EVENTS = frozenset(

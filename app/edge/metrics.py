@@ -89,10 +89,13 @@ class Metrics:
         counter.inc(value)
 
     def count_to(self, name: str, total: float, **label: str) -> None:
-        """Bring a counter kept elsewhere (a backend's own tally) up to ``total``."""
+        """Bring a counter kept elsewhere (a backend's own tally) up to ``total``; its
+        series shows from the first call, at 0 too (each of a backend's labels is known)."""
+        counter = self._of(name, label)
+        assert isinstance(counter, Counter), name
         ahead = total - self.value(name, **label)
         if ahead > 0:
-            self.inc(name, ahead, **label)
+            counter.inc(ahead)
 
     def set(self, name: str, value: float) -> None:
         """Set a gauge."""

@@ -33,7 +33,7 @@ from duplex.app.core.events import (
 from duplex.app.core.protocol import REALTIME_PATH
 from duplex.app.core.wire import BETA, GA
 from duplex.app.edge import access
-from duplex.app.edge.calls import CALLS_PATH, Calls
+from duplex.app.edge.calls import Calls
 from duplex.app.edge.config import ServerConfig
 from duplex.app.edge.connection import Connection
 from duplex.app.edge.fairness import FairQueue, LoopShare
@@ -50,7 +50,7 @@ from duplex.app.edge.http import (
 )
 from duplex.app.edge.memory import release_idle_memory, rss_bytes
 from duplex.app.edge.metrics import Metrics
-from duplex.app.edge.transport import GuardedConnection, guarded
+from duplex.app.edge.transport import CALLS_PATH, GuardedConnection, guarded
 from duplex.pipeline.backends import Backends
 
 log = logging.getLogger("duplex.server")

@@ -40,6 +40,8 @@ of audio, ample for a voice stream at any round trip a conversation survives."""
 PINGS_PER_S = 5.0
 PING_BURST = 50.0
 """Pings a client may send at once, refilled at :data:`PINGS_PER_S`."""
+CALLS_PATH = "/v1/realtime/calls"
+"""Where a POST's body is read (a WebRTC call's offer); any other POST is refused unread."""
 MAX_POST_BYTES = 256 * 1024
 """The largest request body taken (a WebRTC call's SDP offer and session: ~10 KB)."""
 POST_HEADER = "X-Duplex-Post"
@@ -108,6 +110,8 @@ class GuardedConnection(ServerConnection):
         if not 0 <= length <= MAX_POST_BYTES:
             self.transport.close()  # no length, or too long: not a request this server takes
             return b""
+        if not lines[0].split(b" ")[1].startswith(CALLS_PATH.encode()):
+            length = 0  # nothing else takes a body: answered at once (405), the body unread
         if len(self._head) < end + 4 + length:
             return b""
         self.post_body = bytes(self._head[end + 4 : end + 4 + length])
