@@ -33,7 +33,9 @@ async def test_serve_starts_answers_and_closes_sessions_on_sigterm():
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     try:
-        async with asyncio.timeout(30):
+        # A bound, not a target: the default server loads the chat model (~14 s idle; past
+        # 30 s twice in a full run on two busy cores).
+        async with asyncio.timeout(90):
             while b"listening" not in (line := await proc.stdout.readline()):
                 assert line, "server exited before listening"
         body = await asyncio.to_thread(lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz").read())
