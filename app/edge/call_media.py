@@ -48,19 +48,47 @@ class _Reply:
     """The server said ``response.done``: when its queue runs out, it has stopped."""
 
 
-class ReplyTrack(MediaStreamTrack):
+class PacedTrack(MediaStreamTrack):
+    """An audio track that gives a 20 ms frame (48 kHz, mono) each time its real-time
+    clock comes round: what :meth:`_next` says then."""
+
+    kind = "audio"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._start: float | None = None
+        self._pts = 0
+
+    def _next(self) -> np.ndarray:
+        """The next frame's PCM16 (:data:`FRAME` samples)."""
+        raise NotImplementedError
+
+    async def recv(self) -> AudioFrame:
+        if self.readyState != "live":
+            raise MediaStreamError
+        if self._start is None:
+            self._start = time.monotonic()
+        else:
+            self._pts += FRAME
+            # The track's real-time clock: each packet goes when its time comes.
+            await asyncio.sleep(max(0.0, self._start + self._pts / RATE - time.monotonic()))
+        frame = AudioFrame(format="s16", layout="mono", samples=FRAME)
+        frame.planes[0].update(self._next().tobytes())
+        frame.pts = self._pts
+        frame.sample_rate = RATE
+        frame.time_base = fractions.Fraction(1, RATE)
+        return frame
+
+
+class ReplyTrack(PacedTrack):
     """The server's speaker for one call: the replies it is sent, in order, at real time.
     ``on_started(rid)`` as a reply's first sample goes out, ``on_stopped(rid)`` as its
     last has (``output_audio_buffer.started|stopped``)."""
-
-    kind = "audio"
 
     def __init__(self, on_started: Callable[[str], None], on_stopped: Callable[[str], None]) -> None:
         super().__init__()
         self.replies: deque[_Reply] = deque()
         self._on_started, self._on_stopped = on_started, on_stopped
-        self._start: float | None = None
-        self._pts = 0
 
     def _reply(self, rid: str) -> _Reply:
         for r in self.replies:
@@ -131,22 +159,6 @@ class ReplyTrack(MediaStreamTrack):
             r.played += take
             filled += take
         return out
-
-    async def recv(self) -> AudioFrame:
-        if self.readyState != "live":
-            raise MediaStreamError
-        if self._start is None:
-            self._start = time.monotonic()
-        else:
-            self._pts += FRAME
-            # The output's real-time clock: each packet goes when its time comes.
-            await asyncio.sleep(max(0.0, self._start + self._pts / RATE - time.monotonic()))
-        frame = AudioFrame(format="s16", layout="mono", samples=FRAME)
-        frame.planes[0].update(self._next().tobytes())
-        frame.pts = self._pts
-        frame.sample_rate = RATE
-        frame.time_base = fractions.Fraction(1, RATE)
-        return frame
 
 
 class Microphone:

@@ -5,32 +5,26 @@ that plays a script at real time, a speaker that records the server's track, and
 from __future__ import annotations
 
 import asyncio
-import fractions
 import json
-import time
 from typing import Any
 
 import httpx
 import numpy as np
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
-from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
-from av import AudioFrame
+from aiortc.mediastreams import MediaStreamError
 
-RATE = 48000
-FRAME = 960
+from duplex.app.edge.call_media import FRAME, RATE, PacedTrack
+
+__all__ = ["FRAME", "RATE", "Caller", "Script", "loud"]
 
 
-class Script(MediaStreamTrack):
+class Script(PacedTrack):
     """A microphone playing PCM (48 kHz) at real time; silence when it has nothing."""
-
-    kind = "audio"
 
     def __init__(self) -> None:
         super().__init__()
         self.queue: list[np.ndarray] = []
         self.sent = 0
-        self._start: float | None = None
-        self._pts = 0
 
     def say(self, pcm: np.ndarray) -> int:
         """Queue ``pcm``; returns the sample at which it will begin."""
@@ -38,14 +32,7 @@ class Script(MediaStreamTrack):
         self.queue.append(pcm)
         return at
 
-    async def recv(self) -> AudioFrame:
-        if self.readyState != "live":
-            raise MediaStreamError
-        if self._start is None:
-            self._start = time.monotonic()
-        else:
-            self._pts += FRAME
-            await asyncio.sleep(max(0.0, self._start + self._pts / RATE - time.monotonic()))  # the capture's clock
+    def _next(self) -> np.ndarray:
         out = np.zeros(FRAME, np.int16)
         filled = 0
         while filled < FRAME and self.queue:
@@ -56,10 +43,7 @@ class Script(MediaStreamTrack):
                 self.queue.pop(0)
             filled += take
         self.sent += FRAME
-        frame = AudioFrame(format="s16", layout="mono", samples=FRAME)
-        frame.planes[0].update(out.tobytes())
-        frame.pts, frame.sample_rate, frame.time_base = self._pts, RATE, fractions.Fraction(1, RATE)
-        return frame
+        return out
 
 
 class Caller:
