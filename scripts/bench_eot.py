@@ -1,7 +1,8 @@
 """End of turn, offline and whole: every turn of each part of the natural-voice set
 (under its condition: clean, babble and music at 10 dB, phone band, -35 and -15
 dBFS) and every sentence with a 250-450 ms pause inside (clean, babble, phone band),
-through the real listener in process with ``semantic_vad``
+and (``--babble``) each of them again inside babble that goes on before and after the
+speech (a café: the turn must end while the babble does not), through the real listener in process with ``semantic_vad``
 (:mod:`lab.offline`: every model answer before the next 20 ms frame,
 decode time left out; answers cached, so eagerness variants cost seconds).
 
@@ -9,22 +10,28 @@ End of turn = from the true end of speech to the frame the turn ended at; silenc
 to the turn's ``audio_end``; take-over = a turn that ended inside the pause.
 
     python scripts/bench_eot.py [--split heldout] [--variant settle_ms=350,doubt_ms=700 ...] [--asr-model tiny.en]
+        [--babble 10 --babble 5]
 """
 
 from __future__ import annotations
 
 import argparse
 from dataclasses import replace
+from unittest import mock
 
 import numpy as np
 
 from duplex.app.core.listening import Stopped, Turn
 from duplex.app.core.listening import semantic as S
+from duplex.app.core.listening.floor import Floor
 from duplex.pipeline.detectors.silero_vad import SileroVad
 from lab.offline import Answers, hear
 from lab.pauses import LEAD, RATE, TAIL, TD, jobs
 from lab.tables import header, spread
-from lab.voices import Clip, load_corpus, variant
+from lab.voices import Clip, load_corpus, noise, resample, set_level, variant
+
+BED_LEAD_S, BED_TAIL_S = 1.0, 4.0
+"""Babble alone before the speech and after it (``--babble``)."""
 
 
 def ended(vad: SileroVad, answers: Answers, pcm: np.ndarray) -> tuple[int, int] | None:
@@ -38,15 +45,33 @@ def ended(vad: SileroVad, answers: Answers, pcm: np.ndarray) -> tuple[int, int] 
     return stopped.at, stopped.signal.audio_end
 
 
-def run(vad: SileroVad, answers: Answers, clips: list[Clip]) -> list[str]:
+def in_babble(clip: Clip, snr_db: float, seed: int, track: str) -> tuple[np.ndarray, int]:
+    """``clip`` at -26 dBFS inside a babble bed ``snr_db`` under it that starts before the
+    speech and goes on after it; and where the clip begins in it."""
+    speech = set_level(resample(clip.pcm, clip.rate, RATE), -26.0, RATE)
+    lead, tail = int(BED_LEAD_S * RATE), int(BED_TAIL_S * RATE)
+    bed = noise(track, (lead + speech.size + tail) / RATE, -26.0 - snr_db, RATE, seed=seed).astype(np.int32)
+    bed[lead : lead + speech.size] += speech
+    return np.clip(bed, -32768, 32767).astype(np.int16), lead
+
+
+def run(vad: SileroVad, answers: Answers, clips: list[Clip], babble: float | None = None) -> list[str]:
     eot, silence, missed, takeovers, pauses = [], [], 0, 0, 0
-    for clip, condition, seed in jobs(clips):
-        got = ended(vad, answers, variant(clip, condition, RATE, seed=seed))
+    track = "babble_heldout" if clips and getattr(clips[0], "split", "tune") == "heldout" else "babble"
+    each = [(c, "clean", i) for i, c in enumerate(c for c in clips if c.kind in ("turn", "paused"))]
+    for clip, condition, seed in jobs(clips) if babble is None else each:
+        if babble is None:
+            pcm, start = variant(clip, condition, RATE, seed=seed), LEAD.size
+            got = ended(vad, answers, pcm)
+        else:
+            bed, lead = in_babble(clip, babble, seed, track)
+            pcm, start = bed, LEAD.size + lead
+            got = ended(vad, answers, pcm)
         if clip.pause_end is not None:  # a paused sentence: did it end inside the pause?
-            takeovers += got is not None and got[1] < LEAD.size + clip.pause_end * RATE // clip.rate
+            takeovers += got is not None and got[1] < start + clip.pause_end * RATE // clip.rate
             pauses += 1
             continue
-        end = LEAD.size + clip.speech_end * RATE // clip.rate
+        end = start + clip.speech_end * RATE // clip.rate
         if got is None:
             missed += 1
         else:
@@ -69,6 +94,11 @@ def main() -> None:
         default="base",
         help="the Whisper model whose candidates the policy reads (a quiet server's: base)",
     )
+    ap.add_argument(
+        "--babble", type=float, action="append", default=[], help="also inside babble at this SNR (dB), e.g. 10"
+    )
+    ap.add_argument("--no-floor", action="store_true", help="also without the floor's end of words (the baseline)")
+    ap.add_argument("--skip-clean", action="store_true", help="only the babble rows")
     args = ap.parse_args()
     corpus, vad, answers = load_corpus(), SileroVad(), Answers(args.asr_model)
     medium = S.EAGERNESS["medium"]
@@ -78,8 +108,14 @@ def main() -> None:
         for spec in ["", *args.variant]:
             changes = {k: type(getattr(medium, k))(v) for k, v in (kv.split("=") for kv in spec.split(",") if kv)}
             S.EAGERNESS["medium"] = S.EAGERNESS["auto"] = replace(medium, **changes)
-            cells = [split, spec or "as shipped", *run(vad, answers, clips)]
-            print("| " + " | ".join(cells) + " |", flush=True)
+            if not args.skip_clean:
+                cells = [split, spec or "as shipped", *run(vad, answers, clips)]
+                print("| " + " | ".join(cells) + " |", flush=True)
+            for snr in args.babble:
+                for floor in (True, False) if args.no_floor else (True,):
+                    with mock.patch.object(Floor, "ended", Floor.ended if floor else lambda *_, **__: None):
+                        cells = [f"{split}, in babble {snr:g} dB{'' if floor else ', no floor'}", spec or "as shipped"]
+                        print("| " + " | ".join(cells + run(vad, answers, clips, snr)) + " |", flush=True)
     S.EAGERNESS["medium"] = S.EAGERNESS["auto"] = medium
 
 

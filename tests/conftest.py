@@ -32,6 +32,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "test_context",
         "test_core_docs",
         "test_eot_fit",
+        "test_floor",
         "test_fuzz",
         "test_hearing",
         "test_intake",

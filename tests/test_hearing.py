@@ -35,6 +35,7 @@ from duplex.app.core.listening.signals import (
     Stopped,
     Turn,
 )
+from duplex.app.core.listening.stall import STALL_MS
 from duplex.app.core.session import Session
 from duplex.app.core.settings import SessionSettings, TurnDetection
 from duplex.app.core.transcripts import Transcripts
@@ -404,6 +405,33 @@ def test_a_turn_ends_where_its_words_did_while_quieter_babble_goes_on():
     assert turn.audio_end == words_end + ms(QUICK_MS), "the turn ended though the babble never stopped"
     out = feed(ears, 30, pcm=QUIET)
     assert not of(Started, out), "the babble does not start speech of its own"
+
+
+def test_under_a_bed_heard_before_the_words_the_turn_ends_at_the_floor_before_the_words_stall():
+    """Babble heard before the user spoke sets the floor; when the level is back at it
+    the words have ended, sooner than the partials can hear them stop (STALL_MS)."""
+    ears = Listener(Script([0.9] * 400), RATE, SEMANTIC, floor_dbfs=float("-inf"), ears=HEARS_ALL)
+    out = feed(ears, 30, pcm=QUIET)  # ~1 s of the bed alone ("speech" to the VAD)
+    for p in of(Partial, out):
+        ears.on_partial("", p.upto)  # no words in it
+    out = feed(ears, 45)  # the user's voice over it
+    partials = of(Partial, out)
+    for i, p in enumerate(partials):
+        ears.on_partial(" ".join(["word"] * (i + 1)), p.upto)
+    words_end = ears.vad.samples
+    out = []
+    while not of(AskTurn, out):  # the voice stops; the bed goes on
+        step = feed(ears, 1, pcm=QUIET)
+        for p in of(Partial, step):
+            ears.on_partial(" ".join(["word"] * len(partials)), p.upto)  # no new words
+        out += step
+        assert ears.vad.samples - words_end < ms(STALL_MS), "before any partial heard the words stop for STALL_MS"
+    [paused] = of(SpeechPaused, out)
+    assert abs(paused.speech_end - words_end) <= WINDOW, "the speech ended where the voice did"
+    for _ in ASKS:
+        ears.on_turn_probability(paused.speech_end, 0.99)
+    out = ears.on_candidate(paused.speech_end, "Word word word word.") + feed(ears, 10, pcm=QUIET)
+    assert of(Turn, out), "the turn ended though the bed never stopped"
 
 
 def test_words_no_partial_heard_stop_do_not_end_the_speech():

@@ -24,6 +24,7 @@ import numpy as np
 from duplex.app.core.listening.bargein import BargeIn, BargeState
 from duplex.app.core.listening.detectors import turn_detector
 from duplex.app.core.listening.ears import DEAF, Ears
+from duplex.app.core.listening.floor import Floor
 from duplex.app.core.listening.levels import Levels
 from duplex.app.core.listening.onset import OnsetTrace
 from duplex.app.core.listening.signals import (
@@ -134,6 +135,7 @@ class Listener:
         self.barge_in = BargeIn(td, rate, words=ears.transcripts)
         self.levels = Levels(rate)
         self.stall = Stall(rate)
+        self.floor = Floor(rate)
         self.trace = OnsetTrace(rate)
         self._stall_on = td.type == "semantic_vad" and ears.partials  # words end turns under babble
         self._chunks: list[np.ndarray] = []
@@ -165,6 +167,7 @@ class Listener:
         self._chunks.append(pcm)
         out: list[Signal] = []
         for w in self.vad.push(pcm, lambda: self.in_speech):
+            self.floor.window(w.start, w.end, w.level)
             if not self.in_speech:
                 if w.probability >= self.td.threshold and self.levels.onset_allowed(w.level, w.end, replying=replying):
                     self._speech_end = w.end
@@ -172,7 +175,7 @@ class Listener:
                     self.levels.speech(w.level)
                 else:
                     self.trace.quiet(w)
-            elif w.probability >= self.td.threshold - HYSTERESIS and not self._background(w.level):
+            elif w.probability >= self.td.threshold - HYSTERESIS and not self._background(w.end, w.level):
                 was = self._move(HearingEvent.SPEECH)
                 if was is Hearing.PAUSE_SEEN:
                     out.append(Continued())  # what was prepared for that pause is void
@@ -180,6 +183,7 @@ class Listener:
                     self.detector.resumed(self._speech_end, w.start)
                 self._speech_end = w.end
                 self.stall.resumed()
+                self.floor.resumed()
                 if w.probability >= self.td.threshold:
                     self.levels.speech(w.level)
                     self.stall.window(w.end, w.level)
@@ -200,14 +204,21 @@ class Listener:
         self._trim()
         return out
 
-    def _background(self, level_db: float) -> bool:
-        """Whether a speech-like window is the sound behind the user: their words have
-        stopped (see :mod:`~duplex.app.core.listening.stall`) and it is quieter than they were."""
+    def _background(self, end: int, level_db: float) -> bool:
+        """Whether a speech-like window (ending at input sample ``end``) is the sound
+        behind the user: their words have stopped, heard in the transcripts (see
+        :mod:`~duplex.app.core.listening.stall`) or in the level coming down to the
+        background's floor (:mod:`~duplex.app.core.listening.floor`), and it is quieter
+        than they were."""
         if not self._stall_on:
             return False
-        if self.stall.at is None and not self._silent and (stopped := self.stall.stalled()) is not None:
-            self._speech_end = stopped  # the turn's speech ended where its words did
-        return self.stall.background(level_db)
+        if self.stall.at is None and self.floor.at is None and not self._silent:
+            stopped = self.stall.stalled()
+            if stopped is None and self.stall.words:
+                stopped = self.floor.ended(end, self.levels.segment_db, since=self._onset)
+            if stopped is not None:
+                self._speech_end = stopped  # the turn's speech ended where its words did
+        return self.stall.background(level_db) or self.floor.background()
 
     def _silence(self, now: int) -> list[Signal]:
         """A window of silence after speech, ending at input sample ``now``."""
@@ -285,6 +296,7 @@ class Listener:
         self._segment_start = max(self._buffer_start, padded, 0)
         self.levels.start()
         self.stall.start(onset)
+        self.floor.resumed()
         return [Started(began, self._segment_start), *self.barge_in.started(onset, replying, began=began)]
 
     def _stop(self, audio_end: int, speech_end: int) -> list[Signal]:
@@ -292,6 +304,8 @@ class Listener:
         onset = self._onset
         if self.stall.at is not None:  # it ended under sound that went on: that sound is the background
             self.levels.noise(audio_end, self.stall.since_db)
+        elif self.floor.at is not None:
+            self.levels.noise(audio_end, self.floor.level_db)
         ending = self.barge_in.stopped(onset, speech_end, loud=self.levels.loud)
         out: list[Signal] = [Stopped(audio_end, speech_end), *ending.signals]
         if ending.noise:
