@@ -545,6 +545,9 @@ async def main() -> None:
         action="append",
         help="compare the sessions' input_audio_noise_reduction (default: none)",
     )
+    ap.add_argument(
+        "--enhancer", choices=("hush", "none"), action="append", help="the server's --asr-enhancer (default: hush)"
+    )
     ap.add_argument("--split", choices=("tune", "heldout", "all"), action="append", help="default: tune and heldout")
     ap.add_argument("--fast", action="store_true", help="faster than real time (decisions exact, latencies not)")
     ap.add_argument(
@@ -556,8 +559,12 @@ async def main() -> None:
     global FAST, THINKER, ROOM, NOISE_REDUCTION
     FAST = args.fast
     results: dict[str, Tally] = {}
-    for talker, asr, thinker, canceller in itertools.product(
-        args.talker or [None], args.asr_model or [None], args.thinker or ["echo"], args.canceller or [None]
+    for talker, asr, thinker, canceller, enhancer in itertools.product(
+        args.talker or [None],
+        args.asr_model or [None],
+        args.thinker or ["echo"],
+        args.canceller or [None],
+        args.enhancer or [None],
     ):
         THINKER = thinker
         server = ServerProcess(
@@ -565,6 +572,7 @@ async def main() -> None:
             *(("--asr-model", asr) if asr else ()),
             *(("--thinker", thinker) if thinker else ()),
             *(("--no-echo-cancellation",) if canceller == "off" else ()),
+            *(("--asr-enhancer", enhancer) if enhancer else ()),
         )
         with server.running():
             for split, td, level, nr in itertools.product(
@@ -583,6 +591,7 @@ async def main() -> None:
                         asr and f"Whisper {asr}",
                         thinker and f"thinker {thinker}",
                         canceller and f"canceller {canceller}",
+                        enhancer and f"enhancer {enhancer}",
                         "no echo" if level is None else f"echo {level:g} dB",
                         nr != "none" and f"noise reduction {nr}",
                         split,

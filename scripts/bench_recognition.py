@@ -13,7 +13,10 @@ against Duplex's window sized to the audio.
 ``--split`` picks the part of the corpus: ``heldout`` (the default: voices the project
 never tuned on, the figures that decide), ``tune`` or ``all``.
 
-    python scripts/bench_recognition.py [--models tiny.en,base,pocketsphinx] [--split heldout]
+``--enhancer`` adds each Whisper model again with Hush before it (``pipeline/enhancer.py``:
+only on audio its levels call noisy).
+
+    python scripts/bench_recognition.py [--models tiny.en,base,pocketsphinx] [--split heldout] [--enhancer]
 """
 
 from __future__ import annotations
@@ -24,8 +27,8 @@ import time
 from collections.abc import Callable
 
 import numpy as np
-import psutil
 
+from duplex.pipeline.enhancer import Hush
 from duplex.pipeline.recognizers import whisper as whisper_module
 from lab.tables import spread
 from lab.voices import load_corpus, variant, wer
@@ -37,7 +40,12 @@ Decode = Callable[[np.ndarray], str]
 
 
 def cpu_seconds() -> float:
-    """User+system CPU of this process and its children (pocketsphinx's workers)."""
+    """User+system CPU of this process and its children (pocketsphinx's workers; without
+    psutil, this process's alone)."""
+    try:
+        import psutil
+    except ImportError:
+        return time.process_time()
     me = psutil.Process()
     total = sum(me.cpu_times()[:2])
     for child in me.children(recursive=True):
@@ -46,8 +54,8 @@ def cpu_seconds() -> float:
     return total
 
 
-def whisper(model: str, *, full_window: bool = False) -> Decode:
-    rec = whisper_module.WhisperRecognizer(model, workers=1)
+def whisper(model: str, *, full_window: bool = False, enhanced: bool = False) -> Decode:
+    rec = whisper_module.WhisperRecognizer(model, workers=1, enhancer=Hush() if enhanced else None)
     rec.load()
     rec.transcribe_blocking(np.zeros(RATE // 2, np.int16), RATE)
     if not full_window:
@@ -105,6 +113,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="tiny.en,base,pocketsphinx")
     ap.add_argument("--split", choices=("heldout", "tune", "all"), default="heldout")
+    ap.add_argument("--enhancer", action="store_true", help="each Whisper model with Hush before it too")
     args = ap.parse_args()
     rows = [measure("tiny.en, 30 s window (baseline)", whisper("tiny.en", full_window=True), args.split)]
     for model in args.models.split(","):
@@ -112,6 +121,8 @@ def main() -> None:
             rows.append(measure("pocketsphinx 5", pocketsphinx(), args.split))
         else:
             rows.append(measure(f"Whisper {model} (Duplex)", whisper(model), args.split))
+            if args.enhancer:
+                rows.append(measure(f"Whisper {model} + Hush", whisper(model, enhanced=True), args.split))
     print(f"\nPart of the corpus: {args.split}\n")
     base_cpu = float(rows[0]["cpu"])  # type: ignore[arg-type]
     head = " | ".join(CONDITIONS)

@@ -54,6 +54,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "test_asr_remote",
         "test_chat_weights",
         "test_contracts",
+        "test_enhancer",
         "test_stages",
         "test_espeak",
         "test_hibari",

@@ -114,6 +114,12 @@ class BackendChoice:
         choices=("smart-turn", "none"),
     )
     asr_workers: int = option(2, "speech recognition workers (whisper: decoding threads; openai: requests at once)")
+    asr_enhancer: str = option(
+        "hush",
+        "--asr whisper: what cleans noisy speech before it is decoded: hush (a learned enhancer for voices over "
+        "babble, weights shipped in Duplex; only on audio with a bed of sound under it) or none",
+        choices=("hush", "none"),
+    )
 
 
 def _cleaning() -> Cleaning | None:
@@ -177,15 +183,17 @@ def _recognizer(choice: BackendChoice) -> Recognizer | None:
     if choice.asr != "openai" and choice.asr_url:
         raise BackendError("--asr-url is for --asr openai")
     if choice.asr == "whisper":
+        from duplex.pipeline.enhancer import Hush
         from duplex.pipeline.recognizers.tiered import TieredWhisper
         from duplex.pipeline.recognizers.whisper import MODELS, WhisperRecognizer
 
         model = choice.asr_model or "auto"
+        enhancer = Hush() if choice.asr_enhancer == "hush" else None
         if model == "auto":
-            return TieredWhisper(workers=choice.asr_workers)
+            return TieredWhisper(workers=choice.asr_workers, enhancer=enhancer)
         if model not in MODELS:
             raise BackendError(f"--asr-model {model!r}: Whisper models shipped are auto, {', '.join(MODELS)}")
-        return WhisperRecognizer(model, workers=choice.asr_workers)
+        return WhisperRecognizer(model, workers=choice.asr_workers, enhancer=enhancer)
     if choice.asr == "openai":
         from duplex.pipeline.recognizers.openai_remote import OpenAIRecognizer
 

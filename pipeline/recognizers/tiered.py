@@ -30,6 +30,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from duplex.pipeline.enhancer import Enhancer
 from duplex.pipeline.recognizers.whisper import WhisperRecognizer
 from duplex.pipeline.weights import AssetFile
 
@@ -78,9 +79,12 @@ class TieredWhisper:
     name = "whisper"
     partials = True
 
-    def __init__(self, fast: str = "tiny.en", accurate: str = "base", *, workers: int = 2) -> None:
-        self.fast = WhisperRecognizer(fast, workers=workers)
-        self.accurate = WhisperRecognizer(accurate, workers=1)  # one at a time: only with nothing else in flight
+    def __init__(
+        self, fast: str = "tiny.en", accurate: str = "base", *, workers: int = 2, enhancer: Enhancer | None = None
+    ) -> None:
+        self.fast = WhisperRecognizer(fast, workers=workers, enhancer=enhancer)
+        # One at a time: only with nothing else in flight.
+        self.accurate = WhisperRecognizer(accurate, workers=1, enhancer=enhancer)
         self.workers = workers
         self.load = Load()
         self.fits: bool | None = None

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import soxr
 
+from duplex.pipeline.enhancer import Enhancer
 from duplex.pipeline.log_mel import HOP, RATE, log_mel
 from duplex.pipeline.recognizer import holds_command
 from duplex.pipeline.weights import PackagedFile
@@ -214,12 +215,21 @@ class WhisperRecognizer:
     name = "whisper"
     partials = True
 
-    def __init__(self, model: str = "tiny.en", *, workers: int = 2, threads_per_decode: int = 1) -> None:
+    def __init__(
+        self,
+        model: str = "tiny.en",
+        *,
+        workers: int = 2,
+        threads_per_decode: int = 1,
+        enhancer: Enhancer | None = None,
+    ) -> None:
         if model not in MODELS:
             raise ValueError(f"unknown Whisper model {model!r} (one of {', '.join(MODELS)})")
         self.weights = MODELS[model]
         self.workers = workers
         self.threads_per_decode = threads_per_decode
+        self.enhancer = enhancer
+        """Cleans the audio before it is decoded (see :mod:`~duplex.pipeline.enhancer`)."""
         self._model: Any = None
         self._vocabulary: list[str] = []
         self._prompt: list[str] = []
@@ -235,6 +245,8 @@ class WhisperRecognizer:
         os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(PRIMITIVES_KEPT))
         import ctranslate2
 
+        if self.enhancer is not None:
+            self.enhancer.load()
         w = self.weights
         model = b"".join(part.read() for part in w.model_parts)
         vocab_bytes = w.vocabulary.read()
@@ -278,6 +290,8 @@ class WhisperRecognizer:
         x = pcm.astype(np.float32) / 32768.0
         if rate != RATE:
             x = soxr.resample(x, rate, RATE)
+        if self.enhancer is not None:
+            x = self.enhancer.enhance(x)
         frames = min(MAX_FRAMES, int(np.ceil(x.size / HOP)) + TAIL_FRAMES)
         features = ctranslate2.StorageView.from_array(log_mel(x, frames)[None])
         return Encoded(self._model.encode(features), x.size / RATE)
