@@ -40,7 +40,9 @@ KEEP = 0.35
 part 0.25-0.5 were within 0.004 of each other on babble; 0.35 cost least elsewhere held out."""
 SPREAD_DB = 18.0
 """Audio whose loud frames are less than this over its quiet ones is noisy: the quiet
-frames are a bed under the voice, not silence (see :func:`noisy`)."""
+frames are a bed under the voice, not silence (see :func:`noisy`)..."""
+BED_DBFS = -70.0
+"""...if its quiet frames are over this at all (digital silence is even, and no bed)."""
 
 FFT, HOP, NB_ERB, NB_DF, ORDER = 320, 160, 32, 64, 5
 """DeepFilterNet3 at 16 kHz: 20 ms frames every 10 ms, 32 ERB bands, a deep filter of
@@ -78,7 +80,7 @@ def noisy(audio: np.ndarray, spread_db: float = SPREAD_DB) -> bool:
         return False
     power = np.mean(audio[: n * HOP].reshape(n, HOP).astype(np.float64) ** 2, axis=1) + 1e-12
     low, high = np.percentile(10 * np.log10(power), [10, 90])
-    return bool(high - low < spread_db)
+    return bool(high - low < spread_db and low > BED_DBFS)
 
 
 class Hush:

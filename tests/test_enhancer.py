@@ -68,6 +68,7 @@ def test_only_audio_with_a_bed_under_it_is_cleaned(hush):
     for snr in (10.0, 5.0):
         assert noisy(in_babble(clean, snr))
     assert not noisy(clean[: RATE // 10]), "too short to judge"
+    assert not noisy(np.zeros(RATE, np.float32)), "digital silence is even, and no bed"
 
 
 def test_the_recogniser_decodes_what_the_enhancer_leaves(hush):
