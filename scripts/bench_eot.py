@@ -2,8 +2,8 @@
 (under its condition: clean, babble and music at 10 dB, phone band, -35 and -15
 dBFS) and every sentence with a 250-450 ms pause inside (clean, babble, phone band),
 and (``--babble``) each of them again inside babble that goes on before and after the
-speech (a café: the turn must end while the babble does not), through the real listener in process with ``semantic_vad``
-(:mod:`lab.offline`: every model answer before the next 20 ms frame,
+speech (a café: the turn must end while the babble does not), through the real listener
+in process with ``semantic_vad`` (:mod:`lab.offline`: every model answer before the next 20 ms frame,
 decode time left out; answers cached, so eagerness variants cost seconds).
 
 End of turn = from the true end of speech to the frame the turn ended at; silence =
@@ -62,11 +62,10 @@ def run(vad: SileroVad, answers: Answers, clips: list[Clip], babble: float | Non
     for clip, condition, seed in jobs(clips) if babble is None else each:
         if babble is None:
             pcm, start = variant(clip, condition, RATE, seed=seed), LEAD.size
-            got = ended(vad, answers, pcm)
         else:
-            bed, lead = in_babble(clip, babble, seed, track)
-            pcm, start = bed, LEAD.size + lead
-            got = ended(vad, answers, pcm)
+            pcm, lead = in_babble(clip, babble, seed, track)
+            start = LEAD.size + lead
+        got = ended(vad, answers, pcm)
         if clip.pause_end is not None:  # a paused sentence: did it end inside the pause?
             takeovers += got is not None and got[1] < start + clip.pause_end * RATE // clip.rate
             pauses += 1
