@@ -28,7 +28,7 @@ from duplex.pipeline.detectors.silero_vad import SileroVad
 from lab.offline import Answers, hear
 from lab.pauses import LEAD, RATE, TAIL, TD, jobs
 from lab.tables import header, spread
-from lab.voices import Clip, load_corpus, noise, resample, set_level, variant
+from lab.voices import Clip, in_bed, load_corpus, variant
 
 BED_LEAD_S, BED_TAIL_S = 1.0, 4.0
 """Babble alone before the speech and after it (``--babble``)."""
@@ -45,16 +45,6 @@ def ended(vad: SileroVad, answers: Answers, pcm: np.ndarray) -> tuple[int, int] 
     return stopped.at, stopped.signal.audio_end
 
 
-def in_babble(clip: Clip, snr_db: float, seed: int, track: str) -> tuple[np.ndarray, int]:
-    """``clip`` at -26 dBFS inside a babble bed ``snr_db`` under it that starts before the
-    speech and goes on after it; and where the clip begins in it."""
-    speech = set_level(resample(clip.pcm, clip.rate, RATE), -26.0, RATE)
-    lead, tail = int(BED_LEAD_S * RATE), int(BED_TAIL_S * RATE)
-    bed = noise(track, (lead + speech.size + tail) / RATE, -26.0 - snr_db, RATE, seed=seed).astype(np.int32)
-    bed[lead : lead + speech.size] += speech
-    return np.clip(bed, -32768, 32767).astype(np.int16), lead
-
-
 def run(vad: SileroVad, answers: Answers, clips: list[Clip], babble: float | None = None) -> list[str]:
     eot, silence, missed, takeovers, pauses = [], [], 0, 0, 0
     track = "babble_heldout" if clips and getattr(clips[0], "split", "tune") == "heldout" else "babble"
@@ -63,7 +53,7 @@ def run(vad: SileroVad, answers: Answers, clips: list[Clip], babble: float | Non
         if babble is None:
             pcm, start = variant(clip, condition, RATE, seed=seed), LEAD.size
         else:
-            pcm, lead = in_babble(clip, babble, seed, track)
+            pcm, lead = in_bed(clip, babble, RATE, lead_s=BED_LEAD_S, tail_s=BED_TAIL_S, seed=seed, track=track)
             start = LEAD.size + lead
         got = ended(vad, answers, pcm)
         if clip.pause_end is not None:  # a paused sentence: did it end inside the pause?

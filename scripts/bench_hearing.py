@@ -65,7 +65,7 @@ from duplex.pipeline.detectors.silero_vad import SileroVad
 from lab.servers import ServerProcess
 from lab.stats import median
 from lab.tables import full_duplex_bench, header, row, spread
-from lab.voices import Clip, load_corpus, noise, resample, set_level, variant, wer
+from lab.voices import Clip, in_bed, load_corpus, noise, variant, wer
 
 RATE = 24000
 LEAD_S = 0.5
@@ -315,11 +315,8 @@ async def alone(url: str, td: str, t: Tally) -> None:
 
 async def babble_turn(url: str, td: str, clip: Clip, seed: int, t: Tally) -> None:
     sim = await session(url, td)
-    speech = set_level(resample(clip.pcm, clip.rate, RATE), -26.0, RATE)
-    lead, tail = RATE, 5 * RATE
-    bed = noise("babble", (lead + speech.size + tail) / RATE, -36.0, RATE, seed=seed).astype(np.int32)
-    bed[lead : lead + speech.size] += speech
-    await sim.stream(np.clip(bed, -32768, 32767).astype(np.int16))
+    bed, lead = in_bed(clip, 10.0, RATE, lead_s=1.0, tail_s=5.0, seed=seed)
+    await sim.stream(bed)
     end, babble_end = lead + at24(clip, clip.speech_end), bed.size
     stopped = [r for r in sim.of_type("input_audio_buffer.speech_stopped") if r.at >= end]
     ended = bool(stopped) and stopped[0].at < babble_end

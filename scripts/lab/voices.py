@@ -272,6 +272,19 @@ def noise(
     return _to_int16(x * (10 ** (level_dbfs / 20) / max(rms, 1e-9)))
 
 
+def in_bed(
+    clip: Clip, snr_db: float, rate: int, *, lead_s: float, tail_s: float, seed: int = 0, track: str = "babble"
+) -> tuple[np.ndarray, int]:
+    """``clip`` at -26 dBFS inside a bed of ``track`` ``snr_db`` under it that starts
+    ``lead_s`` before the speech and goes on ``tail_s`` after it (a café: the turn must
+    end while the babble does not); and the sample where the clip begins in it."""
+    speech = set_level(resample(clip.pcm, clip.rate, rate), -26.0, rate)
+    lead, tail = int(lead_s * rate), int(tail_s * rate)
+    bed = noise(track, (lead + speech.size + tail) / rate, -26.0 - snr_db, rate, seed=seed).astype(np.int32)
+    bed[lead : lead + speech.size] += speech
+    return np.clip(bed, -32768, 32767).astype(np.int16), lead
+
+
 def mix(
     speech: np.ndarray,
     noise_track: np.ndarray,
