@@ -96,16 +96,16 @@ class Floor:
         if not self._lows or speech_db - self.db < GAP_DB:
             return None
         floor_at, floor = self._lows[0]
-        # The bed must have been heard before the words ended, not only after them: a
-        # voice trailing off is quieter too.
-        if not any(level >= floor + GAP_DB for end, level, _ in self._history if end > floor_at):
-            return None
         run = None
-        for _, level, first in reversed(self._history):
+        for _, level, first in reversed(self._history):  # (while the user speaks: one step)
             if level > floor + NEAR_DB:
                 break
             run = first  # the words ended in the first window of the span that sat at the floor
         if run is None or run < since or now - run < self._quiet:
+            return None
+        # The bed must have been heard before the words ended, not only after them: a
+        # voice trailing off is quieter too.
+        if not any(level >= floor + GAP_DB for end, level, _ in self._history if end > floor_at):
             return None
         self.at = run
         return run
