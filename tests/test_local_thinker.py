@@ -152,6 +152,25 @@ async def test_reading_ahead_leaves_only_the_last_words_to_read(model):
     assert model.last_timings["prompt_n"] <= 4
 
 
+async def test_a_reply_that_says_nothing_is_asked_again_without_the_cache(model, monkeypatch):
+    real, bodies = model._server, []
+
+    class FirstEmpty:
+        """The fault (seen once in a full run, after a tool's result): the first answer is empty."""
+
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def handle_chat_completions(self, body, *rest):
+            bodies.append(body)
+            return {} if len(bodies) == 1 else real.handle_chat_completions(body, *rest)
+
+    monkeypatch.setattr(model, "_server", FirstEmpty())
+    said = "".join(map(str, await answer(model, [user("What is the capital of Italy?")], conversation="empty")))
+    assert "rome" in said.lower()
+    assert [b["cache_prompt"] for b in bodies] == [True, False]
+
+
 async def test_a_named_tool_is_called_with_valid_arguments(model):
     out = await answer(
         model,

@@ -214,6 +214,22 @@ class LocalChatThinker:
             # Every slot is answering someone: this reply waits its turn, and says so.
             log.info("%s waits for slot %s (%d answering)", request.request_id, slot, self._slots.answering)
             yield WAITING
+        spoke = False
+        async for out in self._answer(request, body, key, began):
+            spoke = True
+            yield out
+        if not spoke:
+            # An empty reply (seen after a tool's result, at temperature 0, once a slot's
+            # cache had served other turns: llama.cpp's batch numerics): asked once more,
+            # the prompt read afresh.
+            log.warning("%s: the model said nothing; asking again without its cache", request.request_id)
+            async for out in self._answer(request, {**body, "cache_prompt": False}, key, began):
+                yield out
+
+    async def _answer(
+        self, request: ThinkRequest, body: dict[str, Any], key: str, began: float
+    ) -> AsyncIterator[str | ToolCallDelta]:
+        """One reply: its words as they become speakable, or the call it makes."""
         tools = request.tools if calls_allowed(request.tools, request.tool_choice) else ()
         forced = bool(tools) and request.tool_choice != "auto"
         if tools and not forced:
