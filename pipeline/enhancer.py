@@ -14,7 +14,9 @@ the three ONNX graphs of the ``livekit-plugins-hush`` 0.3.3 wheel, carried in
 ``assets/models/hush`` and checked against their sha256), run on a whole utterance
 in one call per graph: exact and causal, ~0.02 s of one core per second of audio.
 (Frame by frame, as the plugin runs it, the encoder's convolutions lose their two
-frames of context: more errors and three times the CPU.) It runs only on audio whose
+frames of context: more errors and three times the CPU.) :class:`HushStream` runs it on
+a live stream, 40 ms at a time, for what must hear babble out as it comes (voice
+activity: measured offline so far, not yet wired in; docs/benchmarks-history.md). It runs only on audio whose
 own levels say it is noisy (:func:`noisy`): clean speech, a phone line or a quiet
 voice go to the recogniser untouched.
 """
@@ -38,6 +40,8 @@ FILES = {
 KEEP = 0.35
 """The share of the original mixed back (a ~9 dB limit on what is taken away): on the tune
 part 0.25-0.5 were within 0.004 of each other on babble; 0.35 cost least elsewhere held out."""
+CHUNK = 4
+"""Frames (10 ms each) a stream hands the model at once (see :class:`HushStream`)."""
 SPREAD_DB = 18.0
 """Audio whose loud frames are less than this over its quiet ones is noisy: the quiet
 frames are a bed under the voice, not silence (see :func:`noisy`)..."""
@@ -116,44 +120,89 @@ class Hush:
         return self.clean(audio)
 
     def clean(self, audio: np.ndarray) -> np.ndarray:
-        """``audio`` through the model whatever its levels (16 kHz float32, same length)."""
-        self.load()
-        n = audio.size
-        x = np.concatenate([np.zeros(FFT - HOP, np.float32), audio.astype(np.float32)])
-        x = np.concatenate([x, np.zeros((FFT - HOP) + (-(n + FFT - HOP)) % HOP, np.float32)])
-        frames = (x.size - (FFT - HOP)) // HOP
-        at = np.arange(frames)[:, None] * HOP + np.arange(FFT)[None, :]
+        """``audio`` through the model whatever its levels (16 kHz float32, same length):
+        the whole of it in one call per graph, then silence enough to finish its last frame."""
+        tail = np.zeros((FFT - HOP) + (-audio.size) % HOP, np.float32)
+        return HushStream(self, chunk=0).process(np.concatenate([audio.astype(np.float32), tail]))[: audio.size]
+
+
+class HushStream:
+    """Hush on a live stream: ``chunk`` frames (10 ms each) at a time, with the graphs'
+    recurrent states, the features' running means, the deep filter's past frames and the
+    overlap-add carried from one chunk to the next. Sample ``i`` of what :meth:`process`
+    returns cleans input sample ``i``; it comes once the chunk holding the frame after it
+    is complete (10-50 ms later at 4 frames).
+
+    The graphs take no frames from before a chunk, so their first convolutions see
+    zeros there: at 4 frames the output is ~10% (RMS) off the whole utterance's on speech
+    in babble, at 1-2 frames ~30% (the plugin's way). ``chunk=0``: everything given at once.
+    """
+
+    def __init__(self, hush: Hush, *, chunk: int = CHUNK) -> None:
+        hush.load()
+        self.hush = hush
+        self.chunk = chunk
+        self._x = np.zeros(FFT - HOP, np.float32)  # input not yet framed (the analysis window's overlap first)
+        self._mean = np.linspace(-60.0, -90.0, NB_ERB, dtype=np.float32)
+        self._unit = np.linspace(0.001, 0.0001, NB_DF, dtype=np.float32)
+        self._h_enc = np.zeros((1, 1, 256), np.float32)
+        self._h_erb = np.zeros((1, 1, 256), np.float32)
+        self._h_df = np.zeros((3, 1, 256), np.float32)
+        self._past = np.zeros((ORDER - 1, NB_DF), np.complex64)  # the deep filter's last frames
+        self._tail = np.zeros(HOP, np.float32)  # the second half of the last frame's output
+        self._skip = FFT - HOP  # the analysis delay: output before the input's first sample
+
+    def process(self, audio: np.ndarray) -> np.ndarray:
+        """Feed 16 kHz float audio; the cleaned samples now ready (whole chunks' worth)."""
+        self._x = np.concatenate([self._x, audio.astype(np.float32)])
+        frames = (self._x.size - (FFT - HOP)) // HOP
+        step = self.chunk or frames
+        n = frames - frames % step if step else 0
+        return self._frames(n) if n else np.zeros(0, np.float32)
+
+    def _frames(self, n: int) -> np.ndarray:
+        """Clean the next ``n`` frames (a multiple of the chunk)."""
+        x, self._x = self._x[: n * HOP + FFT - HOP], self._x[n * HOP :]
+        at = np.arange(n)[:, None] * HOP + np.arange(FFT)[None, :]
         spec = (np.fft.rfft(x[at] * _WINDOW, axis=1) * _WNORM).astype(np.complex64)
         erb, low = self._features(spec)
-        g = self._graphs
-        e0, e1, e2, e3, emb, c0, _, _ = g["enc"].run(
-            None, {"feat_erb": erb, "feat_spec": low, "h_enc_in": np.zeros((1, 1, 256), np.float32)}
-        )
-        inputs = {"emb": emb, "e3": e3, "e2": e2, "e1": e1, "e0": e0}
-        (gains, _) = g["erb_dec"].run(None, {**inputs, "h_erb_dec_in": np.zeros((1, 1, 256), np.float32)})
-        (coefs, _) = g["df_dec"].run(None, {"emb": emb, "c0": c0, "h_df_dec_in": np.zeros((3, 1, 256), np.float32)})
-        out = spec * (gains[0, 0] @ _BANDS)
-        taps = coefs[0].reshape(frames, NB_DF, ORDER, 2)
+        g = self.hush._graphs
+        gains, coefs = [], []
+        step = self.chunk or n
+        for a in range(0, n, step):
+            e0, e1, e2, e3, emb, c0, _, self._h_enc = g["enc"].run(
+                None,
+                {"feat_erb": erb[:, :, a : a + step], "feat_spec": low[:, :, a : a + step], "h_enc_in": self._h_enc},
+            )
+            inputs = {"emb": emb, "e3": e3, "e2": e2, "e1": e1, "e0": e0, "h_erb_dec_in": self._h_erb}
+            (m, self._h_erb) = g["erb_dec"].run(None, inputs)
+            (c, self._h_df) = g["df_dec"].run(None, {"emb": emb, "c0": c0, "h_df_dec_in": self._h_df})
+            gains.append(m[0, 0])
+            coefs.append(c[0])
+        out = spec * (np.concatenate(gains) @ _BANDS)
+        taps = np.concatenate(coefs).reshape(n, NB_DF, ORDER, 2)
         taps = taps[..., 0] + 1j * taps[..., 1]  # tap o filters frame t - (ORDER - 1) + o
-        past = np.concatenate([np.zeros((ORDER - 1, NB_DF), np.complex64), spec[:, :NB_DF]])
-        out[:, :NB_DF] = sum(taps[:, :, o] * past[o : o + frames] for o in range(ORDER))
-        out = spec * self.keep + out * (1 - self.keep)
+        past = np.concatenate([self._past, spec[:, :NB_DF]])
+        self._past = past[-(ORDER - 1) :]
+        out[:, :NB_DF] = sum(taps[:, :, o] * past[o : o + n] for o in range(ORDER))
+        keep = self.hush.keep
+        out = spec * keep + out * (1 - keep)
         y = np.fft.irfft(out, n=FFT, axis=1).astype(np.float32) * (FFT * _WINDOW)
-        joined = np.zeros((frames + 1) * HOP, np.float32)  # overlap-add by halves
-        joined[: frames * HOP] += y[:, :HOP].reshape(-1)
-        joined[HOP:] += y[:, HOP:].reshape(-1)
-        return joined[FFT - HOP : FFT - HOP + n]  # the STFT's 10 ms delay taken off
+        joined = y[:, :HOP].reshape(-1).copy()  # overlap-add by halves
+        joined[:HOP] += self._tail
+        joined[HOP:] += y[:-1, HOP:].reshape(-1)
+        self._tail = y[-1, HOP:].copy()
+        skip, self._skip = min(self._skip, joined.size), max(0, self._skip - joined.size)
+        return joined[skip:]
 
-    @staticmethod
-    def _features(spec: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _features(self, spec: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """DeepFilterNet's inputs: ERB band levels and the lowest bins, each normalised by a
         running (1 s) mean, as libdf computes them."""
         power = spec.real**2 + spec.imag**2
         erb = (10 * np.log10(np.add.reduceat(power, _STARTS, axis=1) / _WIDTHS + 1e-10)).astype(np.float32)
         low = spec[:, :NB_DF]
         magnitude = np.abs(low).astype(np.float32)
-        mean = np.linspace(-60.0, -90.0, NB_ERB, dtype=np.float32)
-        unit = np.linspace(0.001, 0.0001, NB_DF, dtype=np.float32)
+        mean, unit = self._mean, self._unit
         erb_out, low_out = np.empty_like(erb), np.empty_like(low)
         rest = np.float32(1) - _ALPHA
         for t in range(erb.shape[0]):  # sequential running means: ~100 small vector steps per second
@@ -161,5 +210,6 @@ class Hush:
             erb_out[t] = (erb[t] - mean) / 40.0
             unit = unit * _ALPHA + magnitude[t] * rest
             low_out[t] = low[t] / np.sqrt(unit)
+        self._mean, self._unit = mean, unit
         spec_in = np.stack([low_out.real, low_out.imag])[None].astype(np.float32)
         return erb_out[None, None], spec_in

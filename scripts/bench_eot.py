@@ -4,13 +4,14 @@ dBFS) and every sentence with a 250-450 ms pause inside (clean, babble, phone ba
 and (``--babble``) each of them again inside babble that goes on before and after the
 speech (a café: the turn must end while the babble does not), through the real listener
 in process with ``semantic_vad`` (:mod:`lab.offline`: every model answer before the next 20 ms frame,
-decode time left out; answers cached, so eagerness variants cost seconds).
+decode time left out; answers cached, so eagerness variants cost seconds). Whisper hears through
+the server's default enhancer (``--asr-enhancer none``: without it).
 
 End of turn = from the true end of speech to the frame the turn ended at; silence =
 to the turn's ``audio_end``; take-over = a turn that ended inside the pause.
 
     python scripts/bench_eot.py [--split heldout] [--variant settle_ms=350,doubt_ms=700 ...] [--asr-model tiny.en]
-        [--babble 10 --babble 5]
+        [--babble 10 --babble 5] [--asr-enhancer hush|none]
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from duplex.app.core.listening import Stopped, Turn
 from duplex.app.core.listening import semantic as S
 from duplex.app.core.listening.floor import Floor
 from duplex.pipeline.detectors.silero_vad import SileroVad
+from duplex.pipeline.enhancer import Hush
 from lab.offline import Answers, hear
 from lab.pauses import LEAD, RATE, TAIL, TD, jobs
 from lab.tables import header, spread
@@ -88,8 +90,16 @@ def main() -> None:
     )
     ap.add_argument("--no-floor", action="store_true", help="also without the floor's end of words (the baseline)")
     ap.add_argument("--skip-clean", action="store_true", help="only the babble rows")
+    ap.add_argument(
+        "--asr-enhancer",
+        choices=("hush", "none"),
+        default="hush",
+        help="what cleans Whisper's audio (the server's default)",
+    )
     args = ap.parse_args()
-    corpus, vad, answers = load_corpus(), SileroVad(), Answers(args.asr_model)
+    enhancer = Hush() if args.asr_enhancer == "hush" else None
+    corpus, vad = load_corpus(), SileroVad()
+    answers = Answers(args.asr_model, enhancer=enhancer)
     medium = S.EAGERNESS["medium"]
     print(header("part", "medium eagerness", "pause TOR ↓", "turns ended", "end of turn ↓", "silence required"))
     for split in args.split or ["tune", "heldout"]:

@@ -19,6 +19,7 @@ from duplex.app.core.listening import AskTurn, Ears, Listener, Partial, Signal, 
 from duplex.app.core.settings import TurnDetection
 from duplex.pipeline.detectors.silero_vad import SileroVad
 from duplex.pipeline.detectors.smart_turn import SmartTurn
+from duplex.pipeline.enhancer import Enhancer
 from duplex.pipeline.recognizers import whisper as W
 
 EARS = Ears(transcripts=True, partials=True, turn_model=True)
@@ -27,8 +28,8 @@ EARS = Ears(transcripts=True, partials=True, turn_model=True)
 class Answers:
     """The models' answers, cached by audio."""
 
-    def __init__(self, asr_model: str = "tiny.en") -> None:
-        self.whisper = W.WhisperRecognizer(asr_model)
+    def __init__(self, asr_model: str = "tiny.en", *, enhancer: Enhancer | None = None) -> None:
+        self.whisper = W.WhisperRecognizer(asr_model, enhancer=enhancer)
         self.whisper.load()
         self.turns = SmartTurn()
         self.turns.load()
