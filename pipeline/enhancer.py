@@ -14,11 +14,13 @@ the three ONNX graphs of the ``livekit-plugins-hush`` 0.3.3 wheel, carried in
 ``assets/models/hush`` and checked against their sha256), run on a whole utterance
 in one call per graph: exact and causal, ~0.02 s of one core per second of audio.
 (Frame by frame, as the plugin runs it, the encoder's convolutions lose their two
-frames of context: more errors and three times the CPU.) :class:`HushStream` runs it on
-a live stream, 40 ms at a time, for what must hear babble out as it comes (voice
-activity: measured offline so far, not yet wired in; docs/benchmarks-history.md). It runs only on audio whose
+frames of context: more errors and three times the CPU.) It runs only on audio whose
 own levels say it is noisy (:func:`noisy`): clean speech, a phone line or a quiet
 voice go to the recogniser untouched.
+
+:class:`HushStream` runs it on a live stream, 40 ms at a time, for what must hear the
+babble taken out as it comes: voice activity, measured offline so far and not yet wired
+in (docs/benchmarks-history.md, "Issue 44: end of turn inside babble that goes on").
 """
 
 from __future__ import annotations

@@ -13,9 +13,9 @@ import pytest
 from duplex.pipeline.recognizer import only_command
 from duplex.pipeline.thinker import ThinkRequest
 from duplex.pipeline.thinkers.calls import CallReader, call_grammar, call_probability, tools_prompt
-from duplex.pipeline.thinkers.local import SPEECH_PROMPT, WAITING, LocalChatThinker, _fit
+from duplex.pipeline.thinkers.local import SPEECH_PROMPT, WAITING, LocalChatThinker
 from duplex.pipeline.thinkers.said import Speakable
-from duplex.pipeline.thinkers.slots import Slots
+from duplex.pipeline.thinkers.slots import CHARS_PER_TOKEN, CONTEXT_MARGIN, Slots, fit_context
 from duplex.pipeline.tools import ToolCallDelta
 from lab.questions import TOOLS
 
@@ -112,9 +112,10 @@ def test_a_tools_result_is_read_back_greedily_and_the_session_may_still_choose()
 
 def test_a_long_conversation_is_cut_to_the_context_in_one_go():
     msgs = [{"role": "system", "content": "s"}] + [{"role": "user", "content": "x" * 100} for _ in range(40)]
-    cut = _fit(msgs, 2000)
+    tokens = 2000 // CHARS_PER_TOKEN + CONTEXT_MARGIN  # ~2000 characters of context
+    cut = fit_context(msgs, tokens)
     assert cut[0]["role"] == "system" and 1 < len(cut) <= 11  # down to half the budget: the cache survives many turns
-    assert _fit(msgs[:5], 2000) == msgs[:5]
+    assert fit_context(msgs[:5], tokens) == msgs[:5]
 
 
 # -- the real model --------------------------------------------------------------------------------------------------

@@ -46,7 +46,7 @@ from duplex.pipeline.thinkers.calls import (
 )
 from duplex.pipeline.thinkers.chat_models import DEFAULT_MODEL, ProgressBar, cache_dir, resolve
 from duplex.pipeline.thinkers.said import Speakable
-from duplex.pipeline.thinkers.slots import Slots
+from duplex.pipeline.thinkers.slots import Slots, fit_context
 from duplex.pipeline.tools import ToolCallDelta, calls_allowed
 
 log = logging.getLogger("duplex.thinker")
@@ -180,7 +180,7 @@ class LocalChatThinker:
         system = "\n\n".join(p for p in parts if p)
         if system:
             msgs.insert(0, {"role": "system", "content": system})
-        return _fit(msgs, (self.context - self.max_tokens - CONTEXT_MARGIN) * CHARS_PER_TOKEN)
+        return fit_context(msgs, self.context - self.max_tokens)
 
     def body(self, request: ThinkRequest, slot: int | None) -> dict[str, Any]:
         """The chat-completions request for ``request`` (llama.cpp's fields included)."""
@@ -369,30 +369,6 @@ class LocalChatThinker:
         self._pool.shutdown(wait=False, cancel_futures=True)
         if self._socket_dir is not None:
             self._socket_dir.cleanup()
-
-
-CHARS_PER_TOKEN = 3
-"""A cautious estimate (English runs ~4 characters a token): what fits a slot's context."""
-CONTEXT_MARGIN = 64
-"""Tokens of a slot kept for the chat template's own."""
-
-
-def _fit(msgs: list[Message], budget: int) -> list[Message]:
-    """``msgs`` with the oldest turns after the system prompt dropped until they fit
-    ``budget`` characters. Cut to half of it at once, so that cuts (each of which the
-    model must read the rest again for) come seldom."""
-
-    def size(m: Message) -> int:
-        return len(str(m.get("content") or "")) + len(json.dumps(m.get("tool_calls") or []))
-
-    if sum(size(m) for m in msgs) <= budget:
-        return msgs
-    head = msgs[:1] if msgs and msgs[0]["role"] == "system" else []
-    rest = msgs[len(head) :]
-    total = sum(size(m) for m in head + rest)
-    while len(rest) > 1 and (total > budget // 2 or rest[0]["role"] == "tool"):
-        total -= size(rest.pop(0))
-    return head + rest
 
 
 def _release(held: list[Any]) -> None:

@@ -1,4 +1,5 @@
-"""Which of llama.cpp's slots a conversation's requests go to.
+"""Which of llama.cpp's slots a conversation's requests go to, and what of the
+conversation fits a slot's context.
 
 A slot keeps the prompt it last read in its cache, so a conversation that keeps its
 slot reads only what is new at each turn. Conversations own slots while there are
@@ -8,7 +9,10 @@ prefix, the same system prompt for every session of an application, it reuses).
 
 from __future__ import annotations
 
+import json
 from collections import OrderedDict
+
+from duplex.pipeline.thinker import Message
 
 
 class Slots:
@@ -48,3 +52,28 @@ class Slots:
     def answering(self) -> int:
         """Slots running a request now."""
         return len(self._running)
+
+
+CHARS_PER_TOKEN = 3
+"""A cautious estimate (English runs ~4 characters a token): what fits a slot's context."""
+CONTEXT_MARGIN = 64
+"""Tokens of a slot kept for the chat template's own."""
+
+
+def fit_context(msgs: list[Message], tokens: int) -> list[Message]:
+    """``msgs`` with the oldest turns after the system prompt dropped until they fit
+    ``tokens`` of a slot's context (less :data:`CONTEXT_MARGIN`). Cut to half of it at
+    once, so that cuts (each of which the model must read the rest again for) come seldom."""
+
+    def size(m: Message) -> int:
+        return len(str(m.get("content") or "")) + len(json.dumps(m.get("tool_calls") or []))
+
+    budget = (tokens - CONTEXT_MARGIN) * CHARS_PER_TOKEN
+    if sum(size(m) for m in msgs) <= budget:
+        return msgs
+    head = msgs[:1] if msgs and msgs[0]["role"] == "system" else []
+    rest = msgs[len(head) :]
+    total = sum(size(m) for m in head + rest)
+    while len(rest) > 1 and (total > budget // 2 or rest[0]["role"] == "tool"):
+        total -= size(rest.pop(0))
+    return head + rest
