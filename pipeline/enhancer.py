@@ -125,7 +125,7 @@ class Hush:
         """``audio`` through the model whatever its levels (16 kHz float32, same length):
         the whole of it in one call per graph, then silence enough to finish its last frame."""
         tail = np.zeros((FFT - HOP) + (-audio.size) % HOP, np.float32)
-        return HushStream(self, chunk=0).process(np.concatenate([audio.astype(np.float32), tail]))[: audio.size]
+        return HushStream(self, chunk=0).process(np.concatenate([audio, tail]))[: audio.size]
 
 
 class HushStream:
@@ -158,8 +158,7 @@ class HushStream:
         """Feed 16 kHz float audio; the cleaned samples now ready (whole chunks' worth)."""
         self._x = np.concatenate([self._x, audio.astype(np.float32)])
         frames = (self._x.size - (FFT - HOP)) // HOP
-        step = self.chunk or frames
-        n = frames - frames % step if step else 0
+        n = frames - frames % self.chunk if self.chunk else frames
         return self._frames(n) if n else np.zeros(0, np.float32)
 
     def _frames(self, n: int) -> np.ndarray:
@@ -190,7 +189,7 @@ class HushStream:
         keep = self.hush.keep
         out = spec * keep + out * (1 - keep)
         y = np.fft.irfft(out, n=FFT, axis=1).astype(np.float32) * (FFT * _WINDOW)
-        joined = y[:, :HOP].reshape(-1).copy()  # overlap-add by halves
+        joined = y[:, :HOP].reshape(-1)  # overlap-add by halves (a copy: the slice is strided)
         joined[:HOP] += self._tail
         joined[HOP:] += y[:-1, HOP:].reshape(-1)
         self._tail = y[-1, HOP:].copy()
