@@ -120,7 +120,8 @@ def replay(args: argparse.Namespace) -> int:
 
 
 async def serve(config: ServerConfig, choice: BackendChoice) -> None:
-    """Run until SIGINT/SIGTERM, then close every session with a close frame."""
+    """Run until SIGINT/SIGTERM (or ``POST /admin/drain``), then drain: new sessions are
+    refused, each open one is closed once its reply in progress is done (1001)."""
     from duplex.app.edge.memory import fix_mmap_threshold
     from duplex.app.edge.server import DuplexServer
 
@@ -137,11 +138,11 @@ async def serve(config: ServerConfig, choice: BackendChoice) -> None:
             raise BackendError(f"--voice: {exc}") from None
         server = DuplexServer(backends, config)
         await server.start()
-        stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        await stop.wait()
+        for sig in (signal.SIGINT, signal.SIGTERM):  # a second one cuts the drain short
+            loop.add_signal_handler(sig, server.begin_drain, sig.name)
+        await server.draining.begun.wait()
+        await server.drain()
         server.close()
         await server.wait_closed()
     finally:

@@ -86,6 +86,12 @@ class ServerConfig:
     memory_budget_mb: int = option(
         1024, "memory sessions may add to the server; beyond it new sessions are refused (503)"
     )
+    drain_timeout_s: float = option(
+        30.0,
+        "on SIGTERM or POST /admin/drain: how long replies in progress may go on before every session is "
+        "closed (s); new sessions are refused meanwhile (503)",
+        name="--drain-timeout",
+    )
     limits: SessionLimits = field(default_factory=SessionLimits)
     """What each session may do."""
     # Not flags: the edge's own buffers and where the page lives.

@@ -37,6 +37,7 @@ METRICS: dict[str, Metric] = {
     "duplex_loop_share_sessions": Metric("gauge", "sessions the event loop's share is split among"),
     "duplex_hearing_load": Metric("gauge", "share of the loop spent hearing microphones"),
     "duplex_idle_trims": Metric("gauge", "times memory was given back after the last session left"),
+    "duplex_draining": Metric("gauge", "1 from the moment the server began to drain (it refuses new sessions)"),
     "duplex_idle_trimmed": Metric("gauge", "1 once memory was given back since the last session opened"),
     "duplex_refusals_total": Metric("counter", "connections or sessions refused or closed, by kind", "kind"),
     "duplex_errors_total": Metric("counter", "error events sent, by code", "code"),

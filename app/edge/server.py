@@ -1,9 +1,10 @@
 """The WebSocket/HTTP server: the port, the handshake checks, and every connection.
 
-Plain HTTP on the same port serves the browser client's files, ``/healthz`` and
-``/metrics``; ``/v1/realtime`` upgrades to a WebSocket after the access checks
-and the session cap, and each WebSocket becomes a
-:class:`~duplex.app.edge.connection.Connection`.
+Plain HTTP on the same port serves the browser client's files, ``/healthz``,
+``/readyz`` and ``/metrics``; ``/v1/realtime`` upgrades to a WebSocket after the access
+checks and the session cap, and each WebSocket becomes a
+:class:`~duplex.app.edge.connection.Connection`. :meth:`DuplexServer.drain` shuts it
+down gracefully (:mod:`~duplex.app.edge.drain`).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from duplex.app.edge import access
 from duplex.app.edge.calls import Calls
 from duplex.app.edge.config import ServerConfig
 from duplex.app.edge.connection import Connection
+from duplex.app.edge.drain import DRAIN_PATH, Drain, admin_refusal, unavailable
 from duplex.app.edge.fairness import FairQueue, LoopShare
 from duplex.app.edge.hearing import HearingLoad
 from duplex.app.edge.http import (
@@ -91,6 +93,7 @@ class DuplexServer:
         self.calls = Calls()
         """WebRTC calls, each bridged to a session of this server."""
         self._hanging_up: asyncio.Task[None] | None = None
+        self.draining = Drain(self.config.drain_timeout_s)
 
     @property
     def port(self) -> int:
@@ -143,6 +146,21 @@ class DuplexServer:
             self._server.close()
         if self._trimming is not None:
             self._trimming.cancel()
+
+    def begin_drain(self, why: str) -> None:
+        """From now on refuse new sessions and calls (503, ``Retry-After``); :meth:`drain`
+        closes the open ones. A second call (a second signal) ends the drain now."""
+        if self.draining.begin(why, asyncio.get_running_loop().time()):
+            self.metrics.set("duplex_draining", 1)
+            log.warning("draining (%s): %d sessions open", why, len(self.connections))
+
+    async def drain(self) -> None:
+        """Close each session once its reply in progress is done, the rest at the deadline."""
+        if not self.draining.active:
+            self.begin_drain("drain")
+        cut = await self.draining.run(lambda: list(self.connections))
+        if cut:
+            log.warning("drained: %d sessions closed at the deadline, their replies cut", cut)
 
     async def wait_closed(self) -> None:
         if self._hanging_up is not None:
@@ -235,17 +253,24 @@ class DuplexServer:
         return response
 
     async def _post(self, peer: str, request: Request, body: bytes) -> Response:
-        """A POST: a WebRTC call (``/v1/realtime/calls``), or nothing else."""
+        """A POST: a WebRTC call (``/v1/realtime/calls``), a drain, or nothing else."""
         path = request.path.split("?", 1)[0]
+        cfg = self.config
+        origins = access.allowed_origins(cfg.allowed_origins, cfg.host, self.port)
+        if path == DRAIN_PATH:
+            refused = admin_refusal(request, peer.rsplit(":", 1)[0], api_key=cfg.api_key)
+            if refused is not None:
+                return self._refused(peer, refused)
+            self.begin_drain(f"POST {DRAIN_PATH} from {peer}")
+            return json_response(HTTPStatus.ACCEPTED, {"status": "draining", "sessions": len(self.connections)})
         if not path.startswith(CALLS_PATH):
             return text_response(HTTPStatus.METHOD_NOT_ALLOWED, f"POST is served only at {CALLS_PATH}")
-        cfg = self.config
-        refusal = access.check(
-            request, api_key=cfg.api_key, origins=access.allowed_origins(cfg.allowed_origins, cfg.host, self.port)
-        )
+        if self.draining.active:
+            self.refuse(peer, "draining", "a call while draining")
+            return unavailable("a new call")
+        refusal = access.check(request, api_key=cfg.api_key, origins=origins)
         if refusal is not None:
-            self.refuse(peer, "forbidden" if refusal.status == HTTPStatus.FORBIDDEN else "unauthorized", refusal.reason)
-            return text_response(refusal.status, refusal.reason)
+            return self._refused(peer, refusal)
         host = self._server.sockets[0].getsockname()[0] if self._server is not None else "127.0.0.1"
         host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
         url = f"ws://{'[' + host + ']' if ':' in host else host}:{self.port}{REALTIME_PATH}?duplex=1"
@@ -254,6 +279,10 @@ class DuplexServer:
             path, body, request.headers.get("Content-Type", ""), headers, url
         )
         return raw_response(status, answer, ctype, extra)
+
+    def _refused(self, peer: str, refusal: access.Refusal) -> Response:
+        self.refuse(peer, "forbidden" if refusal.status == HTTPStatus.FORBIDDEN else "unauthorized", refusal.reason)
+        return text_response(refusal.status, refusal.reason)
 
     def _route(self, peer: str, request: Request) -> Response | None:
         path = request.path.split("?", 1)[0]
@@ -265,10 +294,10 @@ class DuplexServer:
                 request, api_key=cfg.api_key, origins=access.allowed_origins(cfg.allowed_origins, cfg.host, self.port)
             )
             if refusal is not None:
-                self.refuse(
-                    peer, "forbidden" if refusal.status == HTTPStatus.FORBIDDEN else "unauthorized", refusal.reason
-                )
-                return text_response(refusal.status, refusal.reason)
+                return self._refused(peer, refusal)
+            if self.draining.active:
+                self.refuse(peer, "draining", "a session while draining")
+                return unavailable("a new session")
             if len(self.connections) >= cfg.max_sessions:
                 self.refuse(peer, "capacity", f"{cfg.max_sessions} sessions already")
                 return text_response(HTTPStatus.SERVICE_UNAVAILABLE, "too many sessions")
@@ -288,8 +317,13 @@ class DuplexServer:
                 self.refuse(peer, "memory", f"sessions hold {added} MiB (budget {cfg.memory_budget_mb} MiB)")
                 return text_response(HTTPStatus.SERVICE_UNAVAILABLE, "the server's memory budget is spent")
             return None
-        if path == "/healthz":
-            return json_response(HTTPStatus.OK, {"status": "ok", "sessions": len(self.connections)})
+        if path == "/healthz":  # alive (a draining server is, till it exits)
+            status = "ok" if not self.draining.active else "draining"
+            return json_response(HTTPStatus.OK, {"status": status, "sessions": len(self.connections)})
+        if path == "/readyz":  # takes sessions: what a balancer asks
+            if self.draining.active:
+                return unavailable("ready")
+            return json_response(HTTPStatus.OK, {"status": "ready", "sessions": len(self.connections)})
         if path == "/metrics":
             return metrics_response(self.metrics_text())
         if is_upgrade(request):
