@@ -74,8 +74,10 @@ GROUPS: dict[str, tuple[str, ...]] = {
     ),
     # The server over real sockets.
     "server": (
+        "test_audio_api",
         "test_calls",
         "test_cli",
+        "test_drain",
         "test_conversation",
         "test_duplex",
         "test_echo_canceller",

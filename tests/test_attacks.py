@@ -215,7 +215,7 @@ async def test_memory_kept_with_no_session_is_not_counted_against_the_next_ones(
     a = await RealtimeClient.connect(server.port)
     kept = np.ones(160 * 1024 * 1024 // 8)  # 160 MiB the server process keeps, as a high-water mark would
     await a.close()
-    await until(lambda: server.idle_trims == 1, 30, what="the server idle and trimmed")
+    await until(lambda: server.memory.trims == 1, 30, what="the server idle and trimmed")
     b = await RealtimeClient.connect(server.port)  # refused before: 160 MiB counted against 64
     more = np.ones(96 * 1024 * 1024 // 8)  # while b is open, memory added counts
     with pytest.raises(websockets.InvalidStatus) as info:

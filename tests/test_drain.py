@@ -20,6 +20,7 @@ from websockets.frames import Close
 from duplex.app.clients.realtime import RealtimeClient
 from duplex.app.edge.drain import CLOSE_REASON, CUT_REASON, DRAIN_PATH, ERROR_CODE, RETRY_AFTER_S
 from lab.net import free_port
+from tests.util import until
 
 # eSpeak speaks this in ~9 s: paced at real time, the reply is in flight for seconds.
 LONG = " ".join(f"Here is sentence number {i} of a reply that takes a while." for i in range(4))
@@ -112,9 +113,10 @@ async def test_a_drain_refuses_at_once_and_lets_the_reply_in_flight_finish(make_
 async def test_the_deadline_or_a_second_signal_cuts_the_reply_and_says_why(make_server, how):
     server = await make_server(drain_timeout_s=0.5 if how == "deadline" else 120)
     busy = await reply_in_flight(server.port)
+    server.begin_drain("signal")
     draining = asyncio.create_task(server.drain())
     if how == "second signal":
-        await busy.until("response.output_audio.delta")  # the drain has begun and waits on the reply
+        await until(lambda: server.draining._scope is not None, 10, what="the drain waiting on the reply")
         server.begin_drain("again")
     events, close = await to_the_close(busy, [], "busy")
     await asyncio.wait_for(draining, 30)

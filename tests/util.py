@@ -7,7 +7,7 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -140,3 +140,64 @@ WEATHER_TOOL = {
         "additionalProperties": False,
     },
 }
+
+
+class Child:
+    """A child process whose merged output is read as it comes (so it never blocks on
+    a full pipe) and kept, for readiness and for failure messages."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        self.lines: list[str] = []
+        self._marks: dict[str, asyncio.Event] = {}
+        self._reader = asyncio.create_task(self._read())
+
+    @classmethod
+    async def spawn(cls, args: Sequence[str], env: dict[str, str] | None = None) -> Child:
+        proc = await asyncio.create_subprocess_exec(
+            *args,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", **(env or {})},
+        )
+        return cls(proc)
+
+    async def _read(self) -> None:
+        assert self.proc.stdout is not None
+        while line := await self.proc.stdout.readline():
+            self.lines.append(line.decode(errors="replace").rstrip())
+            for mark, seen in self._marks.items():
+                if mark in self.lines[-1]:
+                    seen.set()
+
+    @property
+    def output(self) -> str:
+        return "\n".join(self.lines[-60:])
+
+    async def printed(self, mark: str, timeout: float) -> None:
+        """Wait until a line with ``mark`` is printed; fail if the process ends first."""
+        seen = self._marks.setdefault(mark, asyncio.Event())
+        if any(mark in line for line in self.lines):
+            return
+        waiting, ended = asyncio.ensure_future(seen.wait()), asyncio.ensure_future(self.proc.wait())
+        try:
+            await asyncio.wait({waiting, ended}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiting.cancel()
+            ended.cancel()
+        if not seen.is_set():
+            await asyncio.wait({self._reader}, timeout=5)  # the last words of a process that ended
+            pytest.fail(f"{mark!r} not printed in {timeout:g} s (exit status {self.proc.returncode}):\n{self.output}")
+
+    async def stop(self) -> int:
+        if self.proc.returncode is None:
+            self.proc.terminate()
+            try:
+                await asyncio.wait_for(self.proc.wait(), 30)
+            except TimeoutError:
+                self.proc.kill()
+                await self.proc.wait()
+        await asyncio.wait({self._reader}, timeout=5)
+        self._reader.cancel()
+        assert self.proc.returncode is not None
+        return self.proc.returncode

@@ -6,6 +6,7 @@ import asyncio
 import importlib.util
 import json
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,7 +25,7 @@ from duplex.pipeline.weights import WeightsError
 if TYPE_CHECKING:
     from duplex.pipeline.talkers.kokoro import KokoroTalker
 
-TALKERS = ("hibari", "kokoro", "espeak", "vllm")
+TALKERS = ("hibari", "kokoro", "espeak", "vllm", "openai")
 VOCODERS = ("pcm", "snac")
 THINKERS = ("local", "echo", "openai", "vllm")
 RECOGNIZERS = ("whisper", "openai", "pocketsphinx", "none")
@@ -45,9 +46,12 @@ class BackendChoice:
         "hibari",
         "hibari: the neural offline voice (Kokoro's af_heart distilled, shipped weights; Kokoro-82M for the "
         "other voices, eSpeak NG as espeak:<voice>); kokoro: Kokoro-82M alone; espeak: the eSpeak NG voice alone; "
-        "vllm: a codec-token model served by vLLM",
+        "vllm: a codec-token model served by vLLM; openai: an OpenAI-style /v1/audio/speech endpoint (--tts-url)",
         choices=TALKERS,
     )
+    tts_url: str | None = option(None, "--talker openai: the speech endpoint's base URL (e.g. http://host:8000)")
+    tts_model: str = option("tts-1", "--talker openai: the model it serves (key: $DUPLEX_TTS_API_KEY)")
+    tts_voice: str | None = option(None, "--talker openai: its voice for sessions on the default voice")
     hibari_capacity: int = option(
         16, "--talker hibari: replies made at once; more speak with eSpeak NG (2 cores make 16 in real time)"
     )
@@ -324,6 +328,8 @@ async def _voice(choice: BackendChoice) -> tuple[Talker, Vocoder]:
             return kokoro or EspeakTalker(), PcmVocoder()
         # One eSpeak NG for both (Kokoro's, closed with it).
         return HibariTalker(runtime, kokoro.fallback if kokoro else None, kokoro=kokoro), PcmVocoder()
+    if choice.talker == "openai":
+        return await _remote_voice(choice)
     if choice.talker != "vllm":
         raise BackendError(f"unknown talker {choice.talker!r} ({', '.join(TALKERS)})")
     if (choice.vocoder or "snac") != "snac":
@@ -358,6 +364,23 @@ async def _voice(choice: BackendChoice) -> tuple[Talker, Vocoder]:
     except ValueError as exc:
         raise BackendError(str(exc)) from None
     return CodecTalker(engine, layout), vocoder
+
+
+async def _remote_voice(choice: BackendChoice) -> tuple[Talker, Vocoder]:
+    """A speech endpoint, checked now: one line and exit 2 if it cannot speak."""
+    from duplex.pipeline.talkers.openai_speech import OpenAISpeechTalker
+    from duplex.pipeline.vocoders.pcm import PcmVocoder
+
+    if not choice.tts_url:
+        raise BackendError("--talker openai needs --tts-url URL (an OpenAI-style /v1/audio/speech server)")
+    key = os.environ.get("DUPLEX_TTS_API_KEY") or "local"
+    talker = OpenAISpeechTalker(choice.tts_url, choice.tts_model, voice=choice.tts_voice, api_key=key)
+    try:
+        await talker.start()
+    except ValueError as exc:
+        await talker.aclose()
+        raise BackendError(str(exc)) from None
+    return talker, PcmVocoder()
 
 
 async def _kokoro(choice: BackendChoice) -> KokoroTalker | None:

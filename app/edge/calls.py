@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import email.parser
-import email.policy
 import json
 import logging
 import uuid
@@ -33,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import websockets
 
+from duplex.app.edge.http import form_fields
 from duplex.app.edge.transport import CALLS_PATH
 
 if TYPE_CHECKING:
@@ -75,15 +74,7 @@ def parse_call(body: bytes, content_type: str) -> CallRequest:
         raise CallError(
             HTTPStatus.UNSUPPORTED_MEDIA_TYPE, "post the SDP offer as application/sdp or multipart/form-data"
         )
-    message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
-        b"Content-Type: " + content_type.encode("latin-1") + b"\r\n\r\n" + body
-    )
-    fields: dict[str, str] = {}
-    for part in message.iter_parts():
-        name = part.get_param("name", header="content-disposition")
-        payload = part.get_payload(decode=True)
-        if isinstance(name, str) and isinstance(payload, bytes):
-            fields[name] = payload.decode("utf-8", "replace")
+    fields = {name: value.decode("utf-8", "replace") for name, value in form_fields(body, content_type).items()}
     if "sdp" not in fields:
         raise CallError(HTTPStatus.BAD_REQUEST, "the form has no 'sdp' field")
     session = None

@@ -86,6 +86,12 @@ class ServerConfig:
     memory_budget_mb: int = option(
         1024, "memory sessions may add to the server; beyond it new sessions are refused (503)"
     )
+    audio_api: bool = option(
+        True,
+        "also serve OpenAI's POST /v1/audio/speech (streamed from this server's voices) and "
+        "/v1/audio/transcriptions (its recogniser), under the same key: other Duplex front ends' --talker openai "
+        "and --asr openai",
+    )
     drain_timeout_s: float = option(
         30.0,
         "on SIGTERM or POST /admin/drain: how long replies in progress may go on before every session is "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import email.parser
+import email.policy
 import json
 import mimetypes
 from http import HTTPStatus
@@ -54,6 +56,20 @@ SINGLE_HEADERS = (
 def duplicated_header(request: Request) -> str | None:
     """The first of :data:`SINGLE_HEADERS` that the request repeats, if any."""
     return next((h for h in SINGLE_HEADERS if len(request.headers.get_all(h)) > 1), None)
+
+
+def form_fields(body: bytes, content_type: str) -> dict[str, bytes]:
+    """The fields of a ``multipart/form-data`` body, by name (each part's bytes)."""
+    message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
+        b"Content-Type: " + content_type.encode("latin-1") + b"\r\n\r\n" + body
+    )
+    fields: dict[str, bytes] = {}
+    for part in message.iter_parts():
+        name = part.get_param("name", header="content-disposition")
+        payload = part.get_payload(decode=True)
+        if isinstance(name, str) and isinstance(payload, bytes):
+            fields[name] = payload
+    return fields
 
 
 def is_upgrade(request: Request) -> bool:

@@ -42,4 +42,5 @@ def setup(level: str = "INFO", fmt: str = "text") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    logging.getLogger("websockets").setLevel(logging.WARNING)  # one line per HTTP request is noise
+    for noisy in ("websockets", "httpx"):  # one line per HTTP request (a remote voice's: per sentence) is noise
+        logging.getLogger(noisy).setLevel(logging.WARNING)

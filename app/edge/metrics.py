@@ -57,6 +57,13 @@ METRICS: dict[str, Metric] = {
     # Recognition.
     "duplex_recognition_seconds": Metric("histogram", "a turn's wait for a recognition worker plus its decode"),
     "duplex_recognition_failures_total": Metric("counter", "turn transcriptions that failed"),
+    # The audio endpoints.
+    "duplex_speech_requests_total": Metric(
+        "counter", "POST /v1/audio/speech: done, refused, cancelled (the client left) or failed", "outcome"
+    ),
+    "duplex_transcription_requests_total": Metric(
+        "counter", "POST /v1/audio/transcriptions: done, refused, cancelled or failed", "outcome"
+    ),
     "duplex_turn_transcripts_total": Metric("counter", "turn transcriptions, by the model that made them", "model"),
 }
 

@@ -34,6 +34,8 @@ from duplex.app.core.events import (
 from duplex.app.core.protocol import REALTIME_PATH
 from duplex.app.core.wire import BETA, GA
 from duplex.app.edge import access
+from duplex.app.edge.audio_api import MODELS_PATH, models
+from duplex.app.edge.audio_serving import AudioEndpoints
 from duplex.app.edge.calls import Calls
 from duplex.app.edge.config import ServerConfig
 from duplex.app.edge.connection import Connection
@@ -50,7 +52,7 @@ from duplex.app.edge.http import (
     static_file,
     text_response,
 )
-from duplex.app.edge.memory import release_idle_memory, rss_bytes
+from duplex.app.edge.memory import IdleMemory
 from duplex.app.edge.metrics import Metrics
 from duplex.app.edge.transport import CALLS_PATH, GuardedConnection, guarded
 from duplex.pipeline.backends import Backends
@@ -59,8 +61,6 @@ log = logging.getLogger("duplex.server")
 
 CLOSE_TIMEOUT_S = 1.0
 """How long a closing handshake may take before the connection is cut."""
-TRIM_AFTER_S = 0.5
-"""How long after the last session ends its memory is handed back."""
 SHED_OVER_BUDGET = 1.5
 """Hearing load, as a multiple of the budget, beyond which the newest streaming session
 is closed: between the budget and this, sessions already open are kept and new ones refused."""
@@ -83,17 +83,13 @@ class DuplexServer:
         self.turn_questions = FairQueue(model.concurrency if model is not None else 1)
         """End-of-turn questions, round-robin across sessions on the model's workers."""
         self._server: Server | None = None
-        self._base_rss = self._start_rss = 0
-        """RSS with no session: at start, then after each time the last session left."""
-        self.idle_trims = 0
-        """Times the server went idle and gave memory back."""
-        self._trimming: asyncio.Task[None] | None = None
-        self.trimmed = True
-        """No session has opened since memory was last given back (nor since the start)."""
+        self.memory = IdleMemory(self.connections, backends.shrink)
         self.calls = Calls()
         """WebRTC calls, each bridged to a session of this server."""
         self._hanging_up: asyncio.Task[None] | None = None
         self.draining = Drain(self.config.drain_timeout_s)
+        self.audio = AudioEndpoints(self)
+        """``/v1/audio/speech`` and ``/v1/audio/transcriptions`` (``--audio-api``)."""
 
     @property
     def port(self) -> int:
@@ -102,14 +98,15 @@ class DuplexServer:
 
     async def start(self) -> None:
         cfg = self.config
-        self._base_rss = self._start_rss = rss_bytes()
+        self.memory = IdleMemory(self.connections, self.backends.shrink)  # the baseline: now, models loaded
         self._server = await websockets.serve(
             self._handle,
             cfg.host,
             cfg.port,
             process_request=self._process_request,
             select_subprotocol=_select_subprotocol,
-            create_connection=guarded(cfg.max_unsent_bytes, self._dropped),
+            create_connection=guarded(cfg.max_unsent_bytes, self._dropped, self.audio.start if cfg.audio_api else None),
+            open_timeout=None,  # the connections' own (transport.OPEN_TIMEOUT_S): a streamed answer runs on
             max_size=cfg.max_message_bytes,  # no larger frame is ever buffered
             max_queue=cfg.max_queued_messages,
             write_limit=cfg.write_limit,
@@ -144,8 +141,13 @@ class DuplexServer:
             self._hanging_up = asyncio.get_running_loop().create_task(self.calls.aclose(), name="hang-up")
         if self._server is not None:
             self._server.close()
-        if self._trimming is not None:
-            self._trimming.cancel()
+        self.memory.cancel()
+        for task in self.audio.tasks:
+            task.cancel()
+
+    @property
+    def draining_now(self) -> bool:
+        return self.draining.active
 
     def begin_drain(self, why: str) -> None:
         """From now on refuse new sessions and calls (503, ``Retry-After``); :meth:`drain`
@@ -163,6 +165,7 @@ class DuplexServer:
             log.warning("drained: %d sessions closed at the deadline, their replies cut", cut)
 
     async def wait_closed(self) -> None:
+        await self.audio.aclose()
         if self._hanging_up is not None:
             await self._hanging_up
         if self._server is not None:
@@ -223,8 +226,8 @@ class DuplexServer:
         now = asyncio.get_running_loop().time()
         m.set("duplex_loop_share_sessions", self.loop_share.counted(now))
         m.set("duplex_hearing_load", round(self.hearing.load(now), 4))
-        m.set("duplex_idle_trims", self.idle_trims)
-        m.set("duplex_idle_trimmed", int(self.trimmed))
+        m.set("duplex_idle_trims", self.memory.trims)
+        m.set("duplex_idle_trimmed", int(self.memory.trimmed))
         turns = getattr(self.backends.recognizer, "turns", None)  # a recogniser with models to choose from
         for model, n in (turns or {}).items():
             m.count_to("duplex_turn_transcripts_total", n, model=model)
@@ -312,7 +315,7 @@ class DuplexServer:
                 return text_response(
                     HTTPStatus.SERVICE_UNAVAILABLE, "the server is hearing as many microphones as it can in real time"
                 )
-            added = (rss_bytes() - self._base_rss) // (1024 * 1024)
+            added = self.memory.added_mb
             if added >= cfg.memory_budget_mb:
                 self.refuse(peer, "memory", f"sessions hold {added} MiB (budget {cfg.memory_budget_mb} MiB)")
                 return text_response(HTTPStatus.SERVICE_UNAVAILABLE, "the server's memory budget is spent")
@@ -326,6 +329,10 @@ class DuplexServer:
             return json_response(HTTPStatus.OK, {"status": "ready", "sessions": len(self.connections)})
         if path == "/metrics":
             return metrics_response(self.metrics_text())
+        if path == MODELS_PATH and self.config.audio_api:
+            recognizer = self.backends.recognizer
+            body = models(self.backends.talker.name, recognizer.name if recognizer is not None else None)
+            return raw_response(HTTPStatus.OK, body, "application/json", {})
         if is_upgrade(request):
             return text_response(HTTPStatus.NOT_FOUND, f"WebSocket endpoint is {REALTIME_PATH}")
         return static_file(self.config.web_dir, path)
@@ -337,7 +344,7 @@ class DuplexServer:
         extensions = query.get("duplex", ["0"])[-1] not in ("", "0", "false")  # the client asks: ?duplex=1
         conn = Connection(self, ws, BETA if beta else GA, extensions=extensions)
         self.connections.add(conn)
-        self.trimmed = False
+        self.memory.opened()
         self.metrics.inc("duplex_sessions_opened_total")
         log.info("session opened", extra={"session": conn.session.id})
         try:
@@ -347,34 +354,7 @@ class DuplexServer:
         finally:
             self.connections.discard(conn)
             log.info("session closed", extra={"session": conn.session.id})
-            if not self.connections:
-                # The last one out: what a burst of sessions held goes back, once the
-                # WebSocket layer has let go of this connection too (not while it still holds it).
-                asyncio.get_running_loop().call_later(TRIM_AFTER_S, self._trim_soon)
-
-    def _trim_soon(self) -> None:
-        if not self.connections and (self._trimming is None or self._trimming.done()):
-            self._trimming = asyncio.create_task(self._trim_if_idle(), name="idle-trim")
-
-    async def _trim_if_idle(self) -> None:
-        """With nobody connected: the models' arenas shrunk, reference cycles collected,
-        the heap trimmed, and what is left taken as the server's own."""
-        try:
-            await self.backends.shrink()
-        except Exception:  # a model that cannot shrink keeps its memory; nothing else changes
-            log.exception("shrinking the models' memory failed")
-        if self.connections:
-            return  # someone came meanwhile: what they hold is theirs, measured from the last baseline
-        release_idle_memory()
-        # What is still held with nobody connected is the server's (the allocator's
-        # high-water marks, kept to be used again), not any session's: the memory budget
-        # counts what sessions add on top of it.
-        idle = rss_bytes()
-        if idle > self._base_rss:
-            log.info("memory held with no session: %d MiB over the start", (idle - self._start_rss) >> 20)
-        self._base_rss = idle
-        self.idle_trims += 1
-        self.trimmed = not self.connections
+            self.memory.left()
 
 
 def _peer(connection: ServerConnection) -> str:

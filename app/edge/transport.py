@@ -24,13 +24,20 @@ keepalive every few seconds, a latency probe), not without end: past
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import socket
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from websockets.asyncio.server import ServerConnection
+from websockets.datastructures import Headers
 from websockets.frames import CloseCode, Frame, Opcode
+from websockets.http11 import Request
+from websockets.protocol import State
+
+from duplex.app.edge.audio_api import API_PATHS, MAX_BODY
 
 DROP_AFTER_S = 1.0
 """How long a dropped client's close frame gets to leave before the transport is aborted."""
@@ -46,6 +53,28 @@ MAX_POST_BYTES = 256 * 1024
 """The largest request body taken (a WebRTC call's SDP offer and session: ~10 KB)."""
 POST_HEADER = "X-Duplex-Post"
 """Set on a POST handed to the handshake's parser as a GET (its body kept aside)."""
+OPEN_TIMEOUT_S = 10.0
+"""How long a connection may take to become a WebSocket (or to be answered): the WebSocket
+layer's own bound, kept here so that a streamed answer of the audio endpoints is not cut by it."""
+BODY_TIMEOUT_S = 120.0
+"""...and how long an audio endpoint's request body may take to arrive (16 MiB, slowly)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ApiRequest:
+    """A POST to one of the audio endpoints, read whole: answered by the server on this
+    connection's transport, never seen by the WebSocket layer."""
+
+    request: Request
+    body: bytes
+
+
+def _head(lines: list[bytes]) -> Request:
+    headers = Headers()
+    for line in lines[1:]:
+        name, _, value = line.partition(b":")
+        headers[name.decode("latin-1").strip()] = value.decode("latin-1").strip()
+    return Request(lines[0].split(b" ")[1].decode("latin-1"), headers)
 
 
 class GuardedConnection(ServerConnection):
@@ -53,6 +82,7 @@ class GuardedConnection(ServerConnection):
 
     max_unsent = 1024 * 1024
     on_drop: Callable[[GuardedConnection, str, str], None] = staticmethod(lambda conn, kind, reason: None)
+    on_api: Callable[[GuardedConnection, ApiRequest], asyncio.Task[None]] | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -63,6 +93,9 @@ class GuardedConnection(ServerConnection):
         self.post_body: bytes | None = None
         """A POST's body: the handshake's parser reads requests without one, so a POST
         is handed to it as a GET marked with :data:`POST_HEADER`, its body kept here."""
+        self.api_task: asyncio.Task[None] | None = None
+        """The audio endpoint answering this connection's request, if it made one."""
+        self._awaiting_body = False
 
     def connection_made(self, transport: Any) -> None:
         sock = transport.get_extra_info("socket")
@@ -70,6 +103,23 @@ class GuardedConnection(ServerConnection):
             with contextlib.suppress(OSError):  # not a TCP socket (a test's pipe): as is
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
         super().connection_made(transport)
+        self.loop.call_later(OPEN_TIMEOUT_S, self._open_late)
+
+    def _open_late(self) -> None:
+        """Not a WebSocket (nor answered) in time: cut it, as the WebSocket layer would.
+        An audio endpoint's answer runs as long as it needs; its body gets longer to come."""
+        if self.api_task is not None or self.protocol.state is not State.CONNECTING:
+            return
+        if self._awaiting_body:
+            self._awaiting_body = False
+            self.loop.call_later(BODY_TIMEOUT_S - OPEN_TIMEOUT_S, self._open_late)
+            return
+        self.transport.abort()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.api_task is not None:
+            self.api_task.cancel()  # the client went away: stop speaking or hearing for it at once
+        super().connection_lost(exc)
 
     @property
     def unsent(self) -> int:
@@ -107,12 +157,19 @@ class GuardedConnection(ServerConnection):
             name, _, value = line.partition(b":")
             if name.strip().lower() == b"content-length":
                 length = int(value.strip()) if value.strip().isdigit() else -1
-        if not 0 <= length <= MAX_POST_BYTES:
+        target = lines[0].split(b" ")[1].decode("latin-1") if len(lines[0].split(b" ")) > 1 else ""
+        api = target.split("?", 1)[0] if target.split("?", 1)[0] in API_PATHS and self.on_api else None
+        if not 0 <= length <= (MAX_BODY[api] if api else MAX_POST_BYTES):
             self.transport.close()  # no length, or too long: not a request this server takes
             return b""
-        if not lines[0].split(b" ")[1].startswith(CALLS_PATH.encode()):
+        if api is None and not target.startswith(CALLS_PATH):
             length = 0  # nothing else takes a body: answered at once (405), the body unread
         if len(self._head) < end + 4 + length:
+            self._awaiting_body = api is not None
+            return b""
+        if api is not None and self.on_api is not None:
+            body, self._head = bytes(self._head[end + 4 : end + 4 + length]), None
+            self.api_task = self.on_api(self, ApiRequest(_head(lines), body))
             return b""
         self.post_body = bytes(self._head[end + 4 : end + 4 + length])
         kept = [ln for ln in lines[1:] if not ln.lower().startswith((b"content-length:", b"transfer-encoding:"))]
@@ -144,8 +201,14 @@ class GuardedConnection(ServerConnection):
         self.loop.call_later(DROP_AFTER_S, self.transport.abort)
 
 
-def guarded(max_unsent: int, on_drop: Callable[[GuardedConnection, str, str], None]) -> type[GuardedConnection]:
-    """A connection class with these bounds, for ``websockets.serve(create_connection=...)``."""
-    return type(
-        "ServerGuardedConnection", (GuardedConnection,), {"max_unsent": max_unsent, "on_drop": staticmethod(on_drop)}
-    )
+def guarded(
+    max_unsent: int,
+    on_drop: Callable[[GuardedConnection, str, str], None],
+    on_api: Callable[[GuardedConnection, ApiRequest], asyncio.Task[None]] | None = None,
+) -> type[GuardedConnection]:
+    """A connection class with these bounds, for ``websockets.serve(create_connection=...)``;
+    ``on_api`` answers the audio endpoints (none: they are refused like any other POST)."""
+    attrs: dict[str, Any] = {"max_unsent": max_unsent, "on_drop": staticmethod(on_drop)}
+    if on_api is not None:
+        attrs["on_api"] = staticmethod(on_api)
+    return type("ServerGuardedConnection", (GuardedConnection,), attrs)
