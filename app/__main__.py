@@ -2,4 +2,5 @@
 
 from duplex.app.cli.main import entry
 
-entry()
+if __name__ == "__main__":  # not when a worker process (spawned) imports this module again
+    entry()

@@ -78,6 +78,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "test_calls",
         "test_cli",
         "test_drain",
+        "test_workers",
         "test_conversation",
         "test_duplex",
         "test_echo_canceller",

@@ -189,6 +189,17 @@ class Child:
             await asyncio.wait({self._reader}, timeout=5)  # the last words of a process that ended
             pytest.fail(f"{mark!r} not printed in {timeout:g} s (exit status {self.proc.returncode}):\n{self.output}")
 
+    async def printed_times(self, mark: str, n: int, timeout: float) -> None:
+        """Wait until lines with ``mark`` have been printed ``n`` times."""
+        async with asyncio.timeout(timeout):
+            while sum(mark in line for line in self.lines) < n:
+                seen = self._marks.setdefault(mark, asyncio.Event())
+                seen.clear()
+                if sum(mark in line for line in self.lines) >= n or self.proc.returncode is not None:
+                    break
+                await seen.wait()
+        assert sum(mark in line for line in self.lines) >= n, f"{mark!r} not printed {n} times:\n{self.output}"
+
     async def stop(self) -> int:
         if self.proc.returncode is None:
             self.proc.terminate()

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import logging
 import os
 import signal
 import sys
 
-from duplex.app.cli.backends import BackendChoice, BackendError, build
+from duplex.app.cli.backends import BackendChoice, BackendError
 from duplex.app.cli.flags import add_flags, from_args
+from duplex.app.cli.serving import serve
 from duplex.app.core.protocol import DEFAULT_URL
 from duplex.app.edge.config import ServerConfig
 
@@ -119,36 +119,6 @@ def replay(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-async def serve(config: ServerConfig, choice: BackendChoice) -> None:
-    """Run until SIGINT/SIGTERM (or ``POST /admin/drain``), then drain: new sessions are
-    refused, each open one is closed once its reply in progress is done (1001)."""
-    from duplex.app.edge.memory import fix_mmap_threshold
-    from duplex.app.edge.server import DuplexServer
-
-    fix_mmap_threshold()  # this process is the server: large buffers go back when freed
-    backends = await build(choice)
-    # What the models left lives as long as the process: a full collection walked it in
-    # 50 ms (the default backends), stopping every session's loop; frozen, it takes 0.
-    gc.collect()
-    gc.freeze()
-    try:
-        try:
-            backends.talker.check_voice(config.voice)
-        except ValueError as exc:
-            raise BackendError(f"--voice: {exc}") from None
-        server = DuplexServer(backends, config)
-        await server.start()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):  # a second one cuts the drain short
-            loop.add_signal_handler(sig, server.begin_drain, sig.name)
-        await server.draining.begun.wait()
-        await server.drain()
-        server.close()
-        await server.wait_closed()
-    finally:
-        await backends.aclose()
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "replay":
@@ -168,6 +138,14 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 2
+        if config.workers < 1:
+            print("duplex: --workers must be at least 1", file=sys.stderr)
+            return 2
+        if config.workers > 1:
+            from duplex.app.cli.workers import WorkerArgs, supervise
+
+            worker = WorkerArgs(config, from_args(BackendChoice, args), args.log_level, args.log_format)
+            return supervise(worker, config.workers)
         try:
             asyncio.run(serve(config, from_args(BackendChoice, args)))
         except BackendError as exc:

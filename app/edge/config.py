@@ -54,7 +54,12 @@ class ServerConfig:
         "as played for its reference); a client may choose per session (echo_cancellation, or "
         "noise_reduction near_field: off, far_field: on)",
     )
-    max_sessions: int = option(200, "sessions at once; more are refused with 503")
+    max_sessions: int = option(200, "sessions at once, all workers together; more are refused with 503")
+    workers: int = option(
+        1,
+        "server processes on the port (Linux: SO_REUSEPORT), each with its own event loop and models; one "
+        "session limit and one /metrics for all; a worker that dies is replaced",
+    )
     max_message_bytes: int = option(
         2 * 1024 * 1024, "largest client message; a larger one closes the session (1009) before it is buffered"
     )

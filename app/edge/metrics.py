@@ -4,15 +4,35 @@ library: its text format, and the multiprocess mode several workers will need).
 ``METRICS`` is the one list of what the server measures: each name once, with its
 kind, its label and what it means (the ``HELP`` line a scraper shows). A name not
 in it is a programming error, caught by the tests that drive the server.
+
+Several workers (``--workers``) share one ``/metrics``: each writes its values to files
+in ``$PROMETHEUS_MULTIPROC_DIR`` (``prometheus_client``'s multiprocess mode, which the
+supervisor sets before the workers start), and whichever worker is asked renders all of
+them: counters and histograms summed over every worker that ever ran, gauges summed
+over the live ones (the hearing load: the most any one worker has).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
 import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
+
+from duplex.app.core.events import (
+    AudioDucked,
+    AudioPaused,
+    Error,
+    ResponseDone,
+    ServerEvent,
+    TranscriptionCompleted,
+    TranscriptionFailed,
+)
+
+MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"
 
 # ``*_created`` series double every counter for a timestamp nobody here reads.
 prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -27,6 +47,8 @@ class Metric:
     kind: Literal["counter", "gauge", "histogram"]
     help: str
     label: str | None = None
+    across: Literal["livesum", "livemax"] = "livesum"
+    """A gauge over several workers: the live workers' sum, or their most."""
 
 
 METRICS: dict[str, Metric] = {
@@ -35,7 +57,7 @@ METRICS: dict[str, Metric] = {
     "duplex_sessions_opened_total": Metric("counter", "sessions opened"),
     "duplex_tasks": Metric("gauge", "asyncio tasks of the server's loop"),
     "duplex_loop_share_sessions": Metric("gauge", "sessions the event loop's share is split among"),
-    "duplex_hearing_load": Metric("gauge", "share of the loop spent hearing microphones"),
+    "duplex_hearing_load": Metric("gauge", "share of the loop spent hearing microphones", across="livemax"),
     "duplex_idle_trims": Metric("gauge", "times memory was given back after the last session left"),
     "duplex_draining": Metric("gauge", "1 from the moment the server began to drain (it refuses new sessions)"),
     "duplex_idle_trimmed": Metric("gauge", "1 once memory was given back since the last session opened"),
@@ -76,13 +98,15 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        self.shared_dir = os.environ.get(MULTIPROC_DIR) or None
+        """Where every worker's values are (None: this process alone)."""
         self._families: dict[str, _Family] = {}
         for name, m in METRICS.items():
             labels = (m.label,) if m.label else ()
             if m.kind == "counter":
                 self._families[name] = Counter(name, m.help, labels, registry=self.registry)
             elif m.kind == "gauge":
-                self._families[name] = Gauge(name, m.help, labels, registry=self.registry)
+                self._families[name] = Gauge(name, m.help, labels, registry=self.registry, multiprocess_mode=m.across)
             else:
                 self._families[name] = Histogram(name, m.help, labels, registry=self.registry, buckets=LATENCY_BUCKETS)
 
@@ -122,6 +146,22 @@ class Metrics:
         assert isinstance(histogram, Histogram), name
         histogram.observe(seconds)
 
+    def count_event(self, event: ServerEvent) -> None:
+        """Count what the server tells a client."""
+        if isinstance(event, ResponseDone):
+            self.inc("duplex_replies_total", status=event.response.status)
+            first = (event.response.timings or {}).get("first_audio")
+            if first is not None:
+                self.observe("duplex_first_audio_seconds", first / 1000)
+        elif isinstance(event, AudioPaused | AudioDucked):
+            self.observe("duplex_barge_in_pause_seconds", event.detected_after_ms / 1000)
+        elif isinstance(event, TranscriptionCompleted) and event.recognition_ms is not None:
+            self.observe("duplex_recognition_seconds", event.recognition_ms / 1000)  # queue + decode
+        elif isinstance(event, TranscriptionFailed):
+            self.inc("duplex_recognition_failures_total")
+        elif isinstance(event, Error):
+            self.inc("duplex_errors_total", code=event.error.code)
+
     def value(self, name: str, **label: str) -> float:
         """A counter's or gauge's current value (0 if never set)."""
         assert name in METRICS, name
@@ -129,5 +169,9 @@ class Metrics:
         return 0.0 if found is None else found
 
     def render(self) -> str:
-        """Prometheus' text format."""
-        return generate_latest(self.registry).decode()
+        """Prometheus' text format: this process's, or every worker's together."""
+        if self.shared_dir is None:
+            return generate_latest(self.registry).decode()
+        everyone = CollectorRegistry()
+        MultiProcessCollector(everyone, self.shared_dir)  # type: ignore[no-untyped-call]
+        return generate_latest(everyone).decode()

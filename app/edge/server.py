@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import os
 from collections.abc import Coroutine, Sequence
 from http import HTTPStatus
 from typing import Any
@@ -22,21 +23,14 @@ from websockets.asyncio.server import Server, ServerConnection
 from websockets.http11 import Request, Response
 from websockets.typing import Subprotocol
 
-from duplex.app.core.events import (
-    AudioDucked,
-    AudioPaused,
-    Error,
-    ResponseDone,
-    ServerEvent,
-    TranscriptionCompleted,
-    TranscriptionFailed,
-)
+from duplex.app.core.events import ServerEvent
 from duplex.app.core.protocol import REALTIME_PATH
 from duplex.app.core.wire import BETA, GA
 from duplex.app.edge import access
 from duplex.app.edge.audio_api import MODELS_PATH, models
 from duplex.app.edge.audio_serving import AudioEndpoints
 from duplex.app.edge.calls import Calls
+from duplex.app.edge.capacity import Capacity
 from duplex.app.edge.config import ServerConfig
 from duplex.app.edge.connection import Connection
 from duplex.app.edge.drain import DRAIN_PATH, Drain, admin_refusal, unavailable
@@ -69,10 +63,14 @@ is closed: between the budget and this, sessions already open are kept and new o
 class DuplexServer:
     """The WebSocket/HTTP server: one set of backends shared by every session."""
 
-    def __init__(self, backends: Backends, config: ServerConfig | None = None) -> None:
+    def __init__(
+        self, backends: Backends, config: ServerConfig | None = None, *, capacity: Capacity | None = None
+    ) -> None:
         self.backends = backends
         self.config = config or ServerConfig()
         self.metrics = Metrics()
+        self.capacity = capacity or Capacity(self.config.max_sessions)
+        """Sessions open against ``--max-sessions``: this process's, or every worker's."""
         self.connections: set[Connection] = set()
         self.loop_share = LoopShare(self.config.loop_share)
         budget = self.config.hearing_budget
@@ -87,6 +85,7 @@ class DuplexServer:
         self.calls = Calls()
         """WebRTC calls, each bridged to a session of this server."""
         self._hanging_up: asyncio.Task[None] | None = None
+        self._gauging: asyncio.Task[None] | None = None
         self.draining = Drain(self.config.drain_timeout_s)
         self.audio = AudioEndpoints(self)
         """``/v1/audio/speech`` and ``/v1/audio/transcriptions`` (``--audio-api``)."""
@@ -104,6 +103,8 @@ class DuplexServer:
             cfg.host,
             cfg.port,
             process_request=self._process_request,
+            process_response=self._process_response if self.capacity.workers > 1 else None,
+            reuse_port=self.capacity.workers > 1,  # the workers listen on one port: Linux spreads connections
             select_subprotocol=_select_subprotocol,
             create_connection=guarded(cfg.max_unsent_bytes, self._dropped, self.audio.start if cfg.audio_api else None),
             open_timeout=None,  # the connections' own (transport.OPEN_TIMEOUT_S): a streamed answer runs on
@@ -117,6 +118,8 @@ class DuplexServer:
             # cut off after a second: shutdown and forced closes never wait on it.
             close_timeout=CLOSE_TIMEOUT_S,
         )
+        if self.metrics.shared_dir is not None:
+            self._gauging = asyncio.get_running_loop().create_task(self._keep_gauges(), name="gauges")
         b = self.backends
         log.info(
             "Duplex listening on http://%s:%d/ (realtime at ws://%s:%d%s); voice %s, ears %s",
@@ -142,6 +145,8 @@ class DuplexServer:
         if self._server is not None:
             self._server.close()
         self.memory.cancel()
+        if self._gauging is not None:
+            self._gauging.cancel()
         for task in self.audio.tasks:
             task.cancel()
 
@@ -204,22 +209,15 @@ class DuplexServer:
 
     def observe(self, event: ServerEvent) -> None:
         """Count what the server tells clients."""
-        m = self.metrics
-        if isinstance(event, ResponseDone):
-            m.inc("duplex_replies_total", status=event.response.status)
-            first = (event.response.timings or {}).get("first_audio")
-            if first is not None:
-                m.observe("duplex_first_audio_seconds", first / 1000)
-        elif isinstance(event, AudioPaused | AudioDucked):
-            m.observe("duplex_barge_in_pause_seconds", event.detected_after_ms / 1000)
-        elif isinstance(event, TranscriptionCompleted) and event.recognition_ms is not None:
-            m.observe("duplex_recognition_seconds", event.recognition_ms / 1000)  # queue + decode
-        elif isinstance(event, TranscriptionFailed):
-            m.inc("duplex_recognition_failures_total")
-        elif isinstance(event, Error):
-            m.inc("duplex_errors_total", code=event.error.code)
+        self.metrics.count_event(event)
 
     def metrics_text(self) -> str:
+        self._gauges()
+        return self.metrics.render()
+
+    def _gauges(self) -> None:
+        """What the gauges say now (at a scrape; every second too, with workers: a scrape
+        asks one worker, and shows every worker's)."""
         m = self.metrics
         m.set("duplex_sessions", len(self.connections))
         m.set("duplex_tasks", len(asyncio.all_tasks()))
@@ -231,7 +229,11 @@ class DuplexServer:
         turns = getattr(self.backends.recognizer, "turns", None)  # a recogniser with models to choose from
         for model, n in (turns or {}).items():
             m.count_to("duplex_turn_transcripts_total", n, model=model)
-        return m.render()
+
+    async def _keep_gauges(self) -> None:
+        while True:
+            self._gauges()
+            await asyncio.sleep(1.0)
 
     def _process_request(
         self, connection: ServerConnection, request: Request
@@ -301,7 +303,7 @@ class DuplexServer:
             if self.draining.active:
                 self.refuse(peer, "draining", "a session while draining")
                 return unavailable("a new session")
-            if len(self.connections) >= cfg.max_sessions:
+            if self.capacity.full:
                 self.refuse(peer, "capacity", f"{cfg.max_sessions} sessions already")
                 return text_response(HTTPStatus.SERVICE_UNAVAILABLE, "too many sessions")
             now = asyncio.get_running_loop().time()
@@ -322,7 +324,8 @@ class DuplexServer:
             return None
         if path == "/healthz":  # alive (a draining server is, till it exits)
             status = "ok" if not self.draining.active else "draining"
-            return json_response(HTTPStatus.OK, {"status": status, "sessions": len(self.connections)})
+            sessions, workers = self.capacity.total(), self.capacity.workers
+            return json_response(HTTPStatus.OK, {"status": status, "sessions": sessions, "workers": workers})
         if path == "/readyz":  # takes sessions: what a balancer asks
             if self.draining.active:
                 return unavailable("ready")
@@ -337,13 +340,27 @@ class DuplexServer:
             return text_response(HTTPStatus.NOT_FOUND, f"WebSocket endpoint is {REALTIME_PATH}")
         return static_file(self.config.web_dir, path)
 
+    def _process_response(self, connection: ServerConnection, request: Request, response: Response) -> None:
+        response.headers["X-Duplex-Worker"] = str(os.getpid())  # which worker took the session
+
     async def _handle(self, ws: ServerConnection) -> None:
         assert isinstance(ws, GuardedConnection)  # the class start() asked for
+        if not self.capacity.take():  # another worker filled the last place since the handshake's check
+            self.refuse(_peer(ws), "capacity", f"{self.config.max_sessions} sessions already")
+            await ws.close(1013, "too many sessions; try again later")
+            return
+        try:
+            await self._session(ws)
+        finally:
+            self.capacity.give()
+
+    async def _session(self, ws: GuardedConnection) -> None:
         beta = "realtime=v1" in (ws.request.headers.get("OpenAI-Beta") or "") if ws.request else False
         query = parse_qs(urlsplit(ws.request.path).query) if ws.request else {}
         extensions = query.get("duplex", ["0"])[-1] not in ("", "0", "false")  # the client asks: ?duplex=1
         conn = Connection(self, ws, BETA if beta else GA, extensions=extensions)
         self.connections.add(conn)
+        self.metrics.set("duplex_sessions", len(self.connections))  # now: with workers, a scrape may ask another
         self.memory.opened()
         self.metrics.inc("duplex_sessions_opened_total")
         log.info("session opened", extra={"session": conn.session.id})
@@ -353,6 +370,7 @@ class DuplexServer:
             log.exception("session crashed", extra={"session": conn.session.id})
         finally:
             self.connections.discard(conn)
+            self.metrics.set("duplex_sessions", len(self.connections))
             log.info("session closed", extra={"session": conn.session.id})
             self.memory.left()
 
