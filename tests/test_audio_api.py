@@ -289,3 +289,15 @@ def test_a_wav_stream_is_read_piece_by_piece_whatever_the_cuts():
     with pytest.raises(ValueError, match="want PCM16 mono"):
         WavStream().feed(stereo)
     assert struct.unpack("<I", wav_of(pcm, 8000)[24:28])[0] == 8000
+
+
+async def test_serve_with_a_dead_speech_endpoint_says_so_in_one_line():
+    dead = f"http://127.0.0.1:{free_port()}"
+    child = await Child.spawn(
+        [sys.executable, "-m", "duplex.app", "serve", "--port", str(free_port()), "--talker", "openai",
+         "--tts-url", dead]
+    )  # fmt: skip
+    assert await asyncio.wait_for(child.proc.wait(), 120) == 2
+    await child.stop()
+    assert f"duplex: the speech endpoint {dead} is not reachable" in child.output, child.output
+    assert "Traceback" not in child.output

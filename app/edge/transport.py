@@ -96,6 +96,7 @@ class GuardedConnection(ServerConnection):
         self.api_task: asyncio.Task[None] | None = None
         """The audio endpoint answering this connection's request, if it made one."""
         self._awaiting_body = False
+        self._opening: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: Any) -> None:
         sock = transport.get_extra_info("socket")
@@ -103,7 +104,7 @@ class GuardedConnection(ServerConnection):
             with contextlib.suppress(OSError):  # not a TCP socket (a test's pipe): as is
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
         super().connection_made(transport)
-        self.loop.call_later(OPEN_TIMEOUT_S, self._open_late)
+        self._opening = self.loop.call_later(OPEN_TIMEOUT_S, self._open_late)
 
     def _open_late(self) -> None:
         """Not a WebSocket (nor answered) in time: cut it, as the WebSocket layer would.
@@ -112,11 +113,13 @@ class GuardedConnection(ServerConnection):
             return
         if self._awaiting_body:
             self._awaiting_body = False
-            self.loop.call_later(BODY_TIMEOUT_S - OPEN_TIMEOUT_S, self._open_late)
+            self._opening = self.loop.call_later(BODY_TIMEOUT_S - OPEN_TIMEOUT_S, self._open_late)
             return
         self.transport.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._opening is not None:
+            self._opening.cancel()  # and lets go of this connection now, not when it was due
         if self.api_task is not None:
             self.api_task.cancel()  # the client went away: stop speaking or hearing for it at once
         super().connection_lost(exc)
@@ -128,6 +131,8 @@ class GuardedConnection(ServerConnection):
         return int(transport.get_write_buffer_size()) if transport is not None else 0
 
     def data_received(self, data: bytes) -> None:
+        if self.api_task is not None:
+            return  # an audio endpoint answers this connection: nothing more is read from it
         if self._head is not None:
             data = self._post(data)
             if not data:
