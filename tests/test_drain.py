@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import sys
 import urllib.error
@@ -20,7 +19,7 @@ from websockets.frames import Close
 from duplex.app.clients.realtime import RealtimeClient
 from duplex.app.edge.drain import CLOSE_REASON, CUT_REASON, DRAIN_PATH, ERROR_CODE, RETRY_AFTER_S
 from lab.net import free_port
-from tests.util import until
+from tests.util import Child, until
 
 # eSpeak speaks this in ~9 s: paced at real time, the reply is in flight for seconds.
 LONG = " ".join(f"Here is sentence number {i} of a reply that takes a while." for i in range(4))
@@ -142,32 +141,21 @@ async def test_the_drain_endpoint_takes_the_key_or_this_machine_never_a_page(mak
 
 async def test_sigterm_drains_a_real_server_with_a_reply_in_flight():
     port = free_port()
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "duplex.app", "serve", "--port", str(port), "--thinker", "echo",
-        "--turn-detection", "server_vad",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    child = await Child.spawn(
+        [sys.executable, "-m", "duplex.app", "serve", "--port", str(port), "--thinker", "echo",
+         "--turn-detection", "server_vad"]
     )  # fmt: skip
-    assert proc.stdout is not None
     try:
-        async with asyncio.timeout(90):  # a bound, not a target: models load on a busy machine
-            while b"listening" not in (line := await proc.stdout.readline()):
-                assert line, "server exited before listening"
+        await child.printed("listening", timeout=90)  # a bound, not a target: models load on a busy machine
         busy = await reply_in_flight(port)
-        proc.send_signal(signal.SIGTERM)
-        async with asyncio.timeout(30):
-            while b"draining (SIGTERM)" not in (line := await proc.stdout.readline()):
-                assert line, "server exited before draining"
+        child.proc.send_signal(signal.SIGTERM)
+        await child.printed("draining (SIGTERM)", timeout=30)
         await assert_refused(port)
         events, close = await to_the_close(busy, [], "busy")
         done = next(e for e in events if e["type"] == "response.done")
         assert done["response"]["status"] == "completed"
         assert (close.code, close.reason) == (1001, CLOSE_REASON) and told(events)
-        assert await asyncio.wait_for(proc.wait(), 30) == 0
-        rest = await proc.stdout.read()
-        assert b"Traceback" not in rest and b" ERROR " not in rest, rest.decode()[-2000:]
+        assert await asyncio.wait_for(child.proc.wait(), 30) == 0
     finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
+        await child.stop()
+    assert "Traceback" not in child.output and " ERROR " not in child.output, child.output
