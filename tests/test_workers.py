@@ -5,7 +5,6 @@ while the other's sessions go on untouched; SIGTERM drains every worker."""
 from __future__ import annotations
 
 import asyncio
-import collections
 import json
 import os
 import signal
@@ -38,15 +37,19 @@ def get(port: int, path: str) -> str:
         return str(r.read().decode())
 
 
-async def sessions_on_both(port: int, at_least: int = 1, most: int = 40) -> dict[str, list[RealtimeClient]]:
-    """Sessions opened until each of the two workers holds ``at_least`` (by the worker
-    each handshake names); the kernel's hash decides where each lands."""
-    by: dict[str, list[RealtimeClient]] = collections.defaultdict(list)
-    for _ in range(most):
+async def sessions_on_both(port: int, most: int = 40) -> tuple[dict[str, RealtimeClient], int]:
+    """One session on each of the two workers (the kernel's hash decides where each
+    lands: one on a worker that has one already is closed again), and how many were opened."""
+    by: dict[str, RealtimeClient] = {}
+    for opened in range(1, most + 1):
         c = await RealtimeClient.connect(port)
-        by[c.ws.response.headers["X-Duplex-Worker"]].append(c)
-        if len(by) == 2 and all(len(v) >= at_least for v in by.values()):
-            return by
+        worker = c.ws.response.headers["X-Duplex-Worker"]
+        if worker in by:
+            await c.close()
+            continue
+        by[worker] = c
+        if len(by) == 2:
+            return by, opened
     pytest.fail(f"{most} sessions all landed on {list(by)}")
 
 
@@ -58,27 +61,22 @@ def opened_total(port: int) -> float:
 async def test_two_workers_share_the_port_the_session_limit_and_the_metrics():
     child, port = await supervisor("--workers", "2", "--max-sessions", "4")
     try:
-        by = await sessions_on_both(port)
-        opened = sum(len(v) for v in by.values())
+        both, opened = await sessions_on_both(port)
         # /metrics is every worker's: the sessions each worker counted, summed.
-        assert opened_total(port) == opened == sum(len(v) for v in by.values())
-        health = json.loads(get(port, "/healthz"))
-        assert health["workers"] == 2 and health["sessions"] == opened
-        while sum(len(v) for v in by.values()) < 4:  # fill the limit, wherever they land
-            c = await RealtimeClient.connect(port)
-            by[c.ws.response.headers["X-Duplex-Worker"]].append(c)
+        assert opened_total(port) == opened
+        await until_sessions(port, 2)
+        assert json.loads(get(port, "/healthz"))["workers"] == 2
+        more = [await RealtimeClient.connect(port) for _ in range(2)]  # the limit, wherever they land
         # One limit for the server: every further handshake is refused, whichever worker takes it.
         for _ in range(12):
             with pytest.raises(websockets.InvalidStatus) as refused:
                 await RealtimeClient.connect(port)
             assert refused.value.response.status_code == 503
-        await next(iter(by.values())).pop().close()
+        await more.pop().close()
         await until_sessions(port, 3)
         again = await RealtimeClient.connect(port)  # a place is free again
-        await again.close()
-        for clients in by.values():
-            for c in clients:
-                await c.close()
+        for c in [again, *more, *both.values()]:
+            await c.close()
     finally:
         code = await child.stop()
     assert code == 0 and "Traceback" not in child.output, child.output
@@ -93,17 +91,15 @@ async def until_sessions(port: int, n: int) -> None:
 async def test_a_killed_worker_is_replaced_and_the_others_sessions_go_on():
     child, port = await supervisor("--workers", "2")
     try:
-        by = await sessions_on_both(port)
+        by, _ = await sessions_on_both(port)
         victim, survivor = sorted(by)
         os.kill(int(victim), signal.SIGKILL)
-        for c in by[victim]:  # its sessions end (a dead process sends no close frame: 1006)
-            with pytest.raises(websockets.ConnectionClosed) as closed:
-                async with asyncio.timeout(10):
-                    while True:
-                        await c.recv()
-            assert closed.value.rcvd is None and c.ws.protocol.close_code == 1006
-        for c in by[survivor]:  # the other worker's are untouched
-            await c.say("still here")
+        with pytest.raises(websockets.ConnectionClosed) as closed:  # its session ends (no close frame: 1006)
+            async with asyncio.timeout(10):
+                while True:
+                    await by[victim].recv()
+        assert closed.value.rcvd is None and by[victim].ws.protocol.close_code == 1006
+        await by[survivor].say("still here")  # the other worker's is untouched
         await child.printed("exited with status -9: replaced", timeout=10)
         await child.printed_times("Duplex listening", 3, timeout=120)
         landed: set[str] = set()
@@ -114,8 +110,7 @@ async def test_a_killed_worker_is_replaced_and_the_others_sessions_go_on():
             if len(landed - {victim, survivor}):
                 break
         assert landed - {victim, survivor}, landed
-        for c in by[survivor]:
-            await c.close()
+        await by[survivor].close()
     finally:
         code = await child.stop()
     assert code == 0, child.output
@@ -123,15 +118,14 @@ async def test_a_killed_worker_is_replaced_and_the_others_sessions_go_on():
 
 async def test_sigterm_drains_every_worker_and_a_bad_configuration_stops_them_all():
     child, port = await supervisor("--workers", "2")
-    by = await sessions_on_both(port)
+    by, _ = await sessions_on_both(port)
     child.proc.send_signal(signal.SIGTERM)
-    for clients in by.values():
-        for c in clients:
-            with pytest.raises(websockets.ConnectionClosed) as closed:
-                async with asyncio.timeout(30):
-                    while True:
-                        await c.recv()
-            assert closed.value.rcvd is not None and closed.value.rcvd.code == 1001
+    for c in by.values():
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            async with asyncio.timeout(30):
+                while True:
+                    await c.recv()
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1001
     assert await child.stop() == 0
     shared = next(ln for ln in child.lines if "their metrics in" in ln).rsplit(" ", 1)[1].rstrip(")")
     assert shared.startswith("/") and not os.path.exists(shared)  # the workers' metrics files are gone
