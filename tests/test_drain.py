@@ -19,7 +19,7 @@ from websockets.frames import Close
 from duplex.app.clients.realtime import RealtimeClient
 from duplex.app.edge.drain import CLOSE_REASON, CUT_REASON, DRAIN_PATH, ERROR_CODE, RETRY_AFTER_S
 from lab.net import free_port
-from tests.util import Child, until
+from tests.util import Child, text_item, until
 
 # eSpeak speaks this in ~9 s: paced at real time, the reply is in flight for seconds.
 LONG = " ".join(f"Here is sentence number {i} of a reply that takes a while." for i in range(4))
@@ -159,3 +159,27 @@ async def test_sigterm_drains_a_real_server_with_a_reply_in_flight():
     finally:
         await child.stop()
     assert "Traceback" not in child.output and " ERROR " not in child.output, child.output
+
+
+async def test_a_webrtc_call_plays_its_reply_to_the_end_before_the_drain_ends_it(make_server):
+    from lab.caller import Caller
+
+    server = await make_server(drain_timeout_s=120)
+    caller = Caller()
+    assert (await caller.call(server.port)).status_code == 201
+    await asyncio.wait_for(caller.opened.wait(), 10)
+    await until(lambda: bool(caller.of_type("session.created")), 10, what="session.created on oai-events")
+    caller.send("session.update", session={"turn_detection": None})
+    caller.send("conversation.item.create", item=text_item(LONG))
+    caller.send("response.create")
+    await until(lambda: bool(caller.of_type("output_audio_buffer.started")), 30, what="the reply on the track")
+    rid = caller.of_type("output_audio_buffer.started")[0]["response_id"]
+    await asyncio.wait_for(server.drain(), 60)
+    # The session was closed after its response.done, and the call ended only once the
+    # caller's speaker had played the reply to its last sample.
+    done = [e for e in caller.of_type("response.done") if e["response"]["id"] == rid]
+    assert done and done[0]["response"]["status"] == "completed"
+    assert [e["response_id"] for e in caller.of_type("output_audio_buffer.stopped")] == [rid]
+    assert [e["error"]["code"] for e in caller.of_type("error")] == [ERROR_CODE]
+    assert not server.calls.calls
+    await caller.close()

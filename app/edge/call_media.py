@@ -89,6 +89,9 @@ class ReplyTrack(PacedTrack):
         super().__init__()
         self.replies: deque[_Reply] = deque()
         self._on_started, self._on_stopped = on_started, on_stopped
+        self.played_out = asyncio.Event()
+        """Set while nothing is queued to play: every reply sent has been heard (or dropped)."""
+        self.played_out.set()
 
     def _reply(self, rid: str) -> _Reply:
         for r in self.replies:
@@ -99,6 +102,7 @@ class ReplyTrack(PacedTrack):
 
     def push(self, rid: str, pcm: np.ndarray) -> None:
         self._reply(rid).queued.append(pcm)
+        self.played_out.clear()
 
     def end(self, rid: str) -> None:
         self._reply(rid).done = True
@@ -118,6 +122,8 @@ class ReplyTrack(PacedTrack):
         for r in list(self.replies):
             if rid is None or r.rid == rid:
                 self.replies.remove(r)
+                if not self.replies:
+                    self.played_out.set()
                 return bool(r.queued) or not r.done
         return False
 
@@ -145,6 +151,8 @@ class ReplyTrack(PacedTrack):
                 if r.done:  # played out
                     self.replies.popleft()
                     self._on_stopped(r.rid)
+                    if not self.replies:
+                        self.played_out.set()
                     continue
                 break  # an underrun: silence until more comes
             if r.played == 0:

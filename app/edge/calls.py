@@ -106,6 +106,11 @@ def without_transport(session: dict[str, Any]) -> dict[str, Any]:
     return kept
 
 
+PLAYOUT_S = 5.0
+"""How long a call outlives its session to play what it was sent (the session's lead
+ahead of playback: a fraction of a second)."""
+
+
 class Call:
     """One WebRTC call bridged to one session."""
 
@@ -226,6 +231,11 @@ class Call:
                 self._on_session_event(message)
         except websockets.ConnectionClosed:
             pass
+        # The session ended (a drain closes it after its reply's response.done): what the
+        # caller was sent still plays to its end before the call does.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(PLAYOUT_S):
+                await self.track.played_out.wait()
         self._ended.set()
 
     def _on_session_event(self, text: str) -> None:
@@ -254,7 +264,11 @@ class Call:
             self._send_caller_text(text)
 
     async def _acks(self) -> None:
-        """The track's playback position, as a client's acks would say it."""
+        """The track's playback position, as a client's acks would say it (until the session ends)."""
+        with contextlib.suppress(websockets.ConnectionClosed):
+            await self._ack_forever()
+
+    async def _ack_forever(self) -> None:
         while True:
             await asyncio.sleep(ACK_S)  # a report period, like any client's
             rid = self.track.current
@@ -349,6 +363,12 @@ class Calls:
         self.calls[call.id] = call
         call.start(lambda c: self.calls.pop(c.id, None))
         return HTTPStatus.CREATED, "application/sdp", answer.encode(), {"Location": f"{CALLS_PATH}/{call.id}"}
+
+    async def ended(self) -> None:
+        """Until every call has ended by itself (its session closed, its reply played out)."""
+        tasks = {c._task for c in self.calls.values() if c._task is not None}
+        if tasks:
+            await asyncio.wait(tasks)
 
     async def aclose(self) -> None:
         for call in list(self.calls.values()):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
-from collections.abc import Callable, Collection
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, replace
 from http import HTTPStatus
 from typing import TYPE_CHECKING
@@ -78,15 +78,19 @@ class Drain:
         self.begun.set()
         return True
 
-    async def run(self, open_now: Callable[[], Collection[Connection]]) -> int:
+    async def run(
+        self, open_now: Callable[[], Collection[Connection]], calls_ended: Callable[[], Awaitable[None]]
+    ) -> int:
         """Close the sessions ``open_now()`` gives as each has no reply in progress, and
-        those left at the deadline with theirs cut; returns how many were cut."""
+        those left at the deadline with theirs cut; returns how many were cut. WebRTC calls
+        (``calls_ended``) play what they were sent before they end, by the same deadline."""
         assert self.state is not None
         try:
             async with asyncio.timeout_at(self.state.deadline) as self._scope:
                 async with asyncio.TaskGroup() as tg:
                     for conn in open_now():
                         tg.create_task(leave_when_done(conn), name="drain")
+                await calls_ended()
         except TimeoutError:
             left = list(open_now())
             async with asyncio.TaskGroup() as tg:

@@ -165,7 +165,7 @@ class DuplexServer:
         """Close each session once its reply in progress is done, the rest at the deadline."""
         if not self.draining.active:
             self.begin_drain("drain")
-        cut = await self.draining.run(lambda: list(self.connections))
+        cut = await self.draining.run(lambda: list(self.connections), self.calls.ended)
         if cut:
             log.warning("drained: %d sessions closed at the deadline, their replies cut", cut)
 
