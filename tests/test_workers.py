@@ -21,7 +21,6 @@ from tests.util import Child
 # Light workers: the tests are about the processes, not the models.
 LIGHT = ("--thinker", "echo", "--talker", "espeak", "--asr", "none", "--turn-model", "none",
          "--turn-detection", "server_vad")  # fmt: skip
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="--workers needs Linux")
 
 
 async def supervisor(*flags: str) -> tuple[Child, int]:

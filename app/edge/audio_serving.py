@@ -36,7 +36,7 @@ from duplex.app.edge.audio_api import (
     wav_header,
 )
 from duplex.app.edge.config import ServerConfig
-from duplex.app.edge.drain import RETRY_AFTER_S
+from duplex.app.edge.drain import RETRY_AFTER_S, Drain
 from duplex.app.edge.fairness import FairQueue
 from duplex.app.edge.metrics import Metrics
 from duplex.app.edge.transport import ApiRequest, GuardedConnection
@@ -64,8 +64,7 @@ class ApiHost(Protocol):
     @property
     def port(self) -> int: ...
 
-    @property
-    def draining_now(self) -> bool: ...
+    draining: Drain
 
     def refuse(self, who: str, kind: str, reason: str) -> None: ...
 
@@ -140,7 +139,7 @@ class AudioEndpoints:
                     peer, "unauthorized" if refusal.status == HTTPStatus.UNAUTHORIZED else "forbidden", refusal.reason
                 )
                 raise ApiError(refusal.status, refusal.reason)
-            if host.draining_now:
+            if host.draining.active:
                 host.refuse(peer, "draining", f"a {kind} request while draining")
                 busy = ApiError(HTTPStatus.SERVICE_UNAVAILABLE, "the server is draining (shutting down)")
                 out.whole(busy.status, busy.body(), "application/json", {"Retry-After": str(RETRY_AFTER_S)})

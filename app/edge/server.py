@@ -81,7 +81,7 @@ class DuplexServer:
         self.turn_questions = FairQueue(model.concurrency if model is not None else 1)
         """End-of-turn questions, round-robin across sessions on the model's workers."""
         self._server: Server | None = None
-        self.memory = IdleMemory(self.connections, backends.shrink)
+        self.memory = IdleMemory(self.connections, backends.shrink)  # the baseline: now, the models loaded
         self.calls = Calls()
         """WebRTC calls, each bridged to a session of this server."""
         self._hanging_up: asyncio.Task[None] | None = None
@@ -97,7 +97,6 @@ class DuplexServer:
 
     async def start(self) -> None:
         cfg = self.config
-        self.memory = IdleMemory(self.connections, self.backends.shrink)  # the baseline: now, models loaded
         self._server = await websockets.serve(
             self._handle,
             cfg.host,
@@ -149,10 +148,6 @@ class DuplexServer:
             self._gauging.cancel()
         for task in self.audio.tasks:
             task.cancel()
-
-    @property
-    def draining_now(self) -> bool:
-        return self.draining.active
 
     def begin_drain(self, why: str) -> None:
         """From now on refuse new sessions and calls (503, ``Retry-After``); :meth:`drain`
