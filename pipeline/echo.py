@@ -92,6 +92,12 @@ class EchoPresence:
       while the reply sounds (a replay, a text-to-speech client, a muted input) has no
       room around it: no echo.
       Otherwise an echo is assumed (the canceller works) until shown otherwise.
+
+    Only frames an echo could be in are judged on, and not those :class:`NearEnd`
+    takes for the user's voice: the user talking over the reply, and on after it was
+    cut, makes the microphone's level their own (the correlation fell to 0.39 in the
+    mic demo's room), and judged over those seconds the echo seemed gone, so the next
+    reply reached the recogniser raw and interrupted itself.
     """
 
     def __init__(self) -> None:
@@ -105,10 +111,13 @@ class EchoPresence:
         self.correlation: float | None = None
         """The last judgement's correlation (None before the first)."""
 
-    def add(self, near: np.ndarray, far: np.ndarray) -> bool:
+    def add(self, near: np.ndarray, far: np.ndarray, *, user: bool = False) -> bool:
+        """A frame of the microphone and what played over it (``user``: the user's voice,
+        left out of the judgement): whether the echo is judged present."""
         far_db, near_db = _dbfs(far), _dbfs(near)
         self._far.append(far_db)
-        self._near.append(near_db)
+        reach = max(self._far[-(MAX_LAG + 1) :]) > FAR_ACTIVE_DBFS  # (else no echo could be in it)
+        self._near.append(near_db if reach and not user else np.nan)
         del self._far[: -(WINDOW + MAX_LAG)], self._near[:-WINDOW]
         self._frames += 1
         if far_db > FAR_ACTIVE_DBFS:
@@ -130,12 +139,82 @@ class EchoPresence:
         near = near[-n:]
         # far[size - n - lag : size - lag] lines up with near: the reply `lag` frames earlier.
         rows = np.stack([far[far.size - n - lag : far.size - lag] for lag in range(lags + 1)])
+        mine = ~np.isnan(near)  # the frames that are not the user's voice
+        if mine.sum() < JUDGE_FROM:
+            return self.correlation if self.correlation is not None else 1.0  # nothing to judge on: as it was
+        near, rows = near[mine], rows[:, mine]
         rows = rows - rows.mean(axis=1, keepdims=True)
         centred = near - near.mean()
         denom = np.sqrt((rows**2).sum(axis=1) * (centred**2).sum())
         with np.errstate(invalid="ignore", divide="ignore"):
             r = np.where(denom > 0, rows @ centred / np.where(denom > 0, denom, 1.0), 0.0)
         return float(r.max())
+
+
+NEAR_MARGIN_DB = 6.0
+"""How far above the loudest echo expected in a frame the microphone must be for the
+frame to be the user's voice, passed as it came. Fitted on the tune part with the gain
+below (bench_hearing --echo -15/-30): the 75th percentile and 6 dB let the reply's echo
+duck it (6 of 6 at -15 dB); 75th and 10 dB or 95th and 6 dB did not, and kept the cancel
+within 0.05 s of no echo (75th and 14 dB: 0.06 s later, more words lost)."""
+ECHO_GAIN_PERCENTILE = 95
+"""The echo's gain (microphone level less the reply's) is taken near the top of its
+spread over the last 3 s: a frame is the user's only above the loudest echo the room
+has given, so a room whose echo varies more needs the user louder over it."""
+FLOOR_PERCENTILE = 10
+"""The microphone's noise floor is its quietest tenth of frames."""
+HOLD = 5
+"""Frames (50 ms) the microphone stays passed through after the last frame well above
+the echo: the gaps inside a word are not handed back and forth."""
+
+
+class NearEnd:
+    """Whether a frame is the user's voice well above any echo of the reply it could hold.
+
+    AEC3's suppressor (as the livekit wheel builds it, with no setting to soften it)
+    takes the start of a user talking over the reply for echo: measured on held-out
+    voices over a reply at -30 dB, 15-40 dB off 150-400 ms of their first words, which
+    the recogniser then misses (interruptions were cancelled ~0.2 s later than with no
+    echo, their words heard worse). The server knows the reply's level as it played, so
+    the loudest echo a frame can hold is known too: the reply's loudest frame over the
+    lags an echo may come at (:data:`MAX_LAG`), plus the room's gain, learned from the
+    frames that held only echo (or the microphone's own noise, if louder). A frame
+    :data:`NEAR_MARGIN_DB` above that is the user's voice, the echo in it at least that
+    far below: it passes as it came. AEC3 still hears every frame, so it stays adapted.
+    """
+
+    def __init__(self) -> None:
+        self._far: list[float] = []
+        self._gains: list[float] = []  # microphone less the reply's envelope, frames of echo alone
+        self._levels: list[float] = []  # the microphone's
+        self._frames = 0
+        self._held = 0
+        self.gain: float | None = None
+        """The room's echo gain (dB), once learned."""
+        self.floor = SILENT_DBFS
+        """The microphone's own noise (dBFS): under a faint echo, what a frame holds."""
+
+    def add(self, near: np.ndarray, far: np.ndarray) -> bool:
+        """A frame of the microphone and what played over it: whether it is the user's."""
+        self._far.append(_dbfs(far))
+        del self._far[: -(MAX_LAG + 1)]
+        near_db, envelope = _dbfs(near), max(self._far)
+        self._levels.append(near_db)
+        del self._levels[:-WINDOW]
+        self._frames += 1
+        if self._frames % JUDGE_EVERY == 0:
+            self.floor = float(np.percentile(self._levels, FLOOR_PERCENTILE))
+            if len(self._gains) >= JUDGE_FROM:
+                self.gain = float(np.percentile(self._gains, ECHO_GAIN_PERCENTILE))
+        sounding = envelope > FAR_ACTIVE_DBFS  # (else there is no echo to take the user's voice for)
+        if sounding and self.gain is not None and near_db > max(envelope + self.gain, self.floor) + NEAR_MARGIN_DB:
+            self._held = HOLD
+        elif self._held:
+            self._held -= 1
+        elif sounding:  # echo alone (or quiet speech under it): the room's gain
+            self._gains.append(near_db - envelope)
+            del self._gains[:-WINDOW]
+        return self._held > 0
 
 
 def _dbfs(x: np.ndarray) -> float:

@@ -30,9 +30,10 @@ def holds_command(text: str) -> bool:
 
 COMMAND_COMPANIONS = frozenset({
     "please", "ok", "okay", "now", "just", "a", "second", "sec", "minute", "moment", "on", "up", "it", "that",
-    "talking", "there", "oh", "um", "uh", "actually", "sorry", "thanks", "thank", "you", "be", "right",
+    "talking", "there", "oh", "um", "uh", "actually", "sorry", "thanks", "thank", "you", "be", "right", "hey",
 })  # fmt: skip
-"""Words that go with a command without making it a request ("Stop talking, please.", "Hold on a second.")."""
+"""Words that go with a command without making it a request ("Stop talking, please.", "Hold on a second.",
+"Hey, stop.")."""
 _SAID_OTHERWISE = ((re.compile(r"\bnever\s*mind\b"), "cancel"), (re.compile(r"\bshut\s+up\b"), "quiet"))
 
 

@@ -11,6 +11,7 @@ interruptions must be judged as without the echo.
 from __future__ import annotations
 
 from typing import Any
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -19,7 +20,7 @@ from duplex.app.clients.room import Echo, Room
 from duplex.app.clients.simulated import SimulatedClient
 from duplex.app.core.session import Session
 from duplex.pipeline.backends import Backends
-from duplex.pipeline.echo import Framed
+from duplex.pipeline.echo import Framed, NearEnd
 from duplex.pipeline.frames import AudioBuffer
 from duplex.pipeline.stages import OutputChunk
 from duplex.pipeline.stream import ChunkEvent
@@ -84,6 +85,64 @@ def test_a_microphone_that_hears_no_echo_keeps_the_speech_over_the_reply_whole()
     assert abs(db(out[said]) - db(user[: said.stop - at])) <= 1
     assert abs(db(out[onset]) - db(user[: RATE // 4])) <= 1, "the onset too: barge-in is decided on it"
     assert not cleaner.presence.audible
+
+
+@pytest.mark.parametrize("level_db", [-30.0, -15.0])
+def test_the_first_words_over_an_echoed_reply_are_kept_whole(level_db):
+    # AEC3's suppressor took the start of this user's words for echo: 18 dB off one of
+    # its first 50 ms windows at -30 dB. The user's voice well above any echo the room
+    # could give it passes as it came.
+    far = speech("turn_05_am_michael", "turn_13_bm_george", "turn_07_am_michael", "turn_05_am_michael")
+    clip = CORPUS["turn_03_af_heart"]
+    user = speech(clip.name)
+    onset = 3 * RATE
+    at = onset - clip.speech_start * RATE // clip.rate
+    talk = np.zeros(far.size, np.int16)
+    talk[at : at + user.size] = user[: far.size - at]
+    windows = [slice(onset + i * RATE // 20, onset + (i + 1) * RATE // 20) for i in range(8)]
+
+    def losses(cleaner: WebRtcCleaner) -> tuple[list[float], float]:
+        out, echo = through_room(cleaner, far, user, at, level_db, RATE // 100)
+        before = slice(2 * RATE, at)
+        return [db(out[w]) - db(talk[w]) for w in windows], db(echo[before]) - db(out[before])
+
+    with mock.patch.object(NearEnd, "add", return_value=False):
+        aec3_alone, removed_alone = losses(WebRtcCleaner(RATE, echo=True, noise=False))
+    assert min(aec3_alone) <= -10, f"the case in point: AEC3 alone cut the onset {aec3_alone}"
+    cleaner = WebRtcCleaner(RATE, echo=True, noise=False)
+    kept, removed = losses(cleaner)
+    assert min(kept) >= -6 and max(kept) <= 3, f"every 50 ms of the first 400 kept: {kept} (AEC3 alone: {aec3_alone})"
+    assert removed >= removed_alone - 0.5, "the echo before the user spoke is taken out as much"
+    assert cleaner.near_end.gain is not None and abs(cleaner.near_end.gain - level_db) <= 8, "the room's gain learned"
+
+
+@pytest.mark.parametrize("level_db", [-30.0, -15.0, -6.0])
+def test_the_echo_alone_is_never_passed_as_the_user(level_db):
+    far = speech("turn_05_am_michael", "turn_13_bm_george", "turn_07_am_michael", "turn_10_bf_emma")
+    room = Echo(Room(level_db=level_db), RATE)
+    near_end, step = NearEnd(), RATE // 100
+    passed = [
+        near_end.add(room(far[i : i + step]).astype(np.int16), far[i : i + step]) for i in range(0, far.size, step)
+    ]
+    assert not any(passed), f"{sum(passed)} frames of echo alone taken for the user"
+
+
+def test_the_next_reply_is_cancelled_after_the_user_talked_over_the_last():
+    # A reply, the user talking over it, the reply cut, the user going on, the next reply:
+    # judged over the user's seconds the echo seemed gone, and the next reply reached
+    # the recogniser raw (the mic demo's next reply interrupted itself).
+    first = speech("turn_05_am_michael", "turn_13_bm_george")[: int(2.5 * RATE)]
+    user = speech("turn_10_bf_emma", "turn_09_bf_emma")  # 4.6 s
+    far = np.concatenate(
+        [first, np.zeros(int(4.5 * RATE), np.int16), speech("turn_07_am_michael", "turn_05_am_michael")]
+    )
+    at = 2 * RATE  # the user talks from 2 s, the reply is cut at 2.5 s, the next one comes at 7 s
+    assert at + user.size < 7 * RATE
+    cleaner = WebRtcCleaner(RATE, echo=True, noise=False)
+    out, echo = through_room(cleaner, far, user, at, -15.0, RATE // 100)
+    next_reply = slice(int(7.3 * RATE), int(9 * RATE))
+    assert cleaner.presence.audible, f"the room is still there (r={cleaner.presence.correlation})"
+    assert db(echo[next_reply]) - db(out[next_reply]) >= 20, "the next reply's echo taken out"
 
 
 def test_any_slicing_keeps_every_sample_and_still_cancels():

@@ -77,9 +77,24 @@ def test_a_forced_call_is_written_under_the_tools_schemas():
 
 
 def test_commands_are_obeyed_not_asked():
-    for text in ("Stop.", "Stop talking, please.", "Hold on a second.", "Never mind.", "Shut up.", "Okay, stop."):
+    for text in (
+        "Stop.",
+        "Stop talking, please.",
+        "Hold on a second.",
+        "Never mind.",
+        "Shut up.",
+        "Okay, stop.",
+        "Hey, stop.",
+    ):
         assert only_command(text), text
-    for text in ("Wait, what is the capital of France?", "Can you stop the timer?", "Okay.", "Stop the music", ""):
+    for text in (
+        "Wait, what is the capital of France?",
+        "Can you stop the timer?",
+        "Okay.",
+        "Stop the music",
+        "Hey.",
+        "",
+    ):
         assert not only_command(text), text
 
 
