@@ -73,6 +73,10 @@ an echo (measured: 0.57-0.97 at -15 to -40 dB; a user talking over a reply with 
 echo, under 0.1)."""
 
 
+ECHO_RELEASE = 0.3
+"""...and an echo judged present is judged gone only below this."""
+
+
 class EchoPresence:
     """Whether the microphone hears the far end at all.
 
@@ -93,11 +97,13 @@ class EchoPresence:
       room around it: no echo.
       Otherwise an echo is assumed (the canceller works) until shown otherwise.
 
-    Only frames an echo could be in are judged on, and not those :class:`NearEnd`
-    takes for the user's voice: the user talking over the reply, and on after it was
-    cut, makes the microphone's level their own (the correlation fell to 0.39 in the
-    mic demo's room), and judged over those seconds the echo seemed gone, so the next
-    reply reached the recogniser raw and interrupted itself.
+    Only frames an echo could be in (something played in the last 400 ms) and not
+    taken by :class:`NearEnd` for the user's voice are judged on, and an echo judged
+    present is judged gone only below :data:`ECHO_RELEASE`: the user talking over the
+    reply, and on after it was cut, makes the microphone's level their own (the
+    correlation fell to 0.39 in the mic demo's room, and swung about 0.4 over held-out
+    backchannels at -15 dB), and judged over those seconds the echo seemed gone, so the
+    next reply reached the recogniser raw and interrupted itself.
     """
 
     def __init__(self) -> None:
@@ -127,7 +133,7 @@ class EchoPresence:
                 self.audible = False  # digital silence under the reply: no room, no echo
         if self._sounded >= JUDGE_FROM and len(self._far) > JUDGE_FROM + MAX_LAG and self._frames % JUDGE_EVERY == 0:
             self.correlation = self._follows()
-            self.audible = self.correlation >= ECHO_CORRELATION
+            self.audible = self.correlation >= (ECHO_RELEASE if self.audible else ECHO_CORRELATION)
         return self.audible
 
     def _follows(self) -> float:
