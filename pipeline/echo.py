@@ -74,7 +74,8 @@ echo, under 0.1)."""
 
 
 ECHO_RELEASE = 0.3
-"""...and an echo judged present is judged gone only below this."""
+"""An echo judged present is judged gone only below this correlation (the judge swung
+across 0.4 while held-out backchannels were judged over a reply at -15 dB)."""
 
 
 class EchoPresence:

@@ -9,8 +9,7 @@ microphone, cleaned in place (``process_stream``). AEC3 finds the echo's delay i
 speech over it kept within 2-3 dB), so the far end is given as it played, with no
 delay hint. ~13-16 ms of CPU per second of audio per session, measured in process
 (``WebRtcCleaner.cpu_s`` over 10 s of reply at 16-48 kHz; the
-:class:`~duplex.pipeline.echo.NearEnd` judge
-~1 ms of it).
+:class:`~duplex.pipeline.echo.NearEnd` judge ~1 ms of it).
 """
 
 from __future__ import annotations

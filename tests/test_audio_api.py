@@ -72,7 +72,9 @@ async def test_speech_streams_wav_and_pcm_that_its_own_ears_hear(make_server):
         assert raw.headers["content-type"] == "audio/pcm"
         again = np.frombuffer(raw.content, "<i2")  # the same speech, without the header
         assert again.size == pcm.size and np.corrcoef(again, pcm)[0, 1] > 0.9
-        models = (await http.get("/v1/models")).json()["data"]
+        listed = await http.get("/v1/models")
+        assert listed.headers["connection"] == "close", "the server ends the connection: a pooled one would be lost"
+        models = listed.json()["data"]
         assert {"tts-1", "whisper-1", "espeak"} <= {m["id"] for m in models}
     heard = await transcribe(server.port, r.content)  # its own streamed WAV, sizes "unknown" and all
     assert heard.status_code == 200 and wer(SAID, heard.json()["text"]) <= 0.25, heard.text

@@ -16,8 +16,15 @@ from websockets.http11 import Request, Response
 
 
 def _response(status: HTTPStatus, body: bytes, content_type: str, extra: dict[str, str] | None = None) -> Response:
+    # The connection ends after every plain answer, so it says so: a client that kept it
+    # for its next request (httpx's pool) lost that request to the close, now and then.
     headers = Headers(
-        [("Content-Type", content_type), ("Content-Length", str(len(body))), ("Cache-Control", "no-cache")]
+        [
+            ("Content-Type", content_type),
+            ("Content-Length", str(len(body))),
+            ("Cache-Control", "no-cache"),
+            ("Connection", "close"),
+        ]
     )
     for key, value in (extra or {}).items():
         headers[key] = value
