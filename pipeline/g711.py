@@ -10,7 +10,8 @@ from __future__ import annotations
 from functools import cache
 
 import numpy as np
-import soxr
+
+from duplex.pipeline.resampling import LiveResampler
 
 ULAW = "pcmu"
 ALAW = "pcma"
@@ -96,8 +97,9 @@ class TelephoneInput:
 
     def __init__(self, law: str) -> None:
         self.law = law
-        self._up = soxr.ResampleStream(RATE, HEARD_RATE, 1, dtype="int16")
+        self._up = LiveResampler(RATE, HEARD_RATE)
 
     def pcm(self, data: bytes) -> bytes:
         """PCM16 at :data:`HEARD_RATE` for the next G.711 bytes."""
-        return bytes(self._up.resample_chunk(decode(data, self.law)).tobytes())
+        y = self._up.resample_chunk(decode(data, self.law).astype(np.float32))
+        return bytes(np.clip(np.rint(y), -32768, 32767).astype("<i2").tobytes())

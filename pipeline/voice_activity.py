@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
-import soxr
+
+from duplex.pipeline.resampling import LiveResampler
 
 
 class ActivityState(Protocol):
@@ -82,9 +83,7 @@ class VadStream:
         self.model = model
         self.input_rate = input_rate
         self._state = model.stream()
-        self._resampler = (
-            None if input_rate == model.rate else soxr.ResampleStream(input_rate, model.rate, 1, dtype="float32")
-        )
+        self._resampler = None if input_rate == model.rate else LiveResampler(input_rate, model.rate)
         self._pending = np.zeros(0, np.float32)
         self._windows = 0  # windows made so far
         self._origin = start  # input sample where this stream began listening

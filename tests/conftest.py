@@ -64,6 +64,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "test_openai_http",
         "test_openai_voices",
         "test_recognition",
+        "test_resampling",
         "test_segmenter",
         "test_stream",
         "test_talker_pool",

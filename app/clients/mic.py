@@ -30,6 +30,7 @@ import soxr
 from duplex.app.clients.playback import Playback
 from duplex.app.clients.realtime import RealtimeClient
 from duplex.pipeline.echo import Cleaner
+from duplex.pipeline.resampling import LiveResampler
 
 SESSION_RATE = 24000
 ACK_S = 0.2
@@ -114,7 +115,7 @@ class MicDemo:
                 raise DemoError(f"the audio device is busy ({text}); close what uses it") from None
             raise DemoError(f"cannot open the audio device: {text}") from None
         self._rate = rate
-        self._down = soxr.ResampleStream(rate, SESSION_RATE, 1, dtype="float32") if rate != SESSION_RATE else None
+        self._down = LiveResampler(rate, SESSION_RATE) if rate != SESSION_RATE else None
         self._up: dict[str, soxr.ResampleStream] = {}
 
     def stream_time(self) -> float:

@@ -17,9 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
-import soxr
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from av import AudioFrame
+
+from duplex.pipeline.resampling import LiveResampler
 
 RATE = 48000
 """WebRTC's audio rate (Opus): the session's output is asked for at it."""
@@ -173,7 +174,7 @@ class Microphone:
     """The caller's audio (decoded Opus) as mono PCM16 at :data:`MIC_RATE`."""
 
     def __init__(self) -> None:
-        self._resampler: soxr.ResampleStream | None = None
+        self._resampler: LiveResampler | None = None
         self._rate = 0
 
     def pcm(self, frame: AudioFrame) -> np.ndarray:
@@ -186,7 +187,7 @@ class Microphone:
             mono /= 32768.0
         if frame.sample_rate != self._rate:
             self._rate = frame.sample_rate
-            self._resampler = soxr.ResampleStream(self._rate, MIC_RATE, 1, dtype="float32")
+            self._resampler = LiveResampler(self._rate, MIC_RATE)
         assert self._resampler is not None
         y = self._resampler.resample_chunk(mono)
         out: np.ndarray = np.clip(np.rint(y * 32767), -32768, 32767).astype(np.int16)
