@@ -190,6 +190,12 @@ async def test_browser_client_calls_over_webrtc_by_default(server, talker, tmp_p
             await page.wait_for_function("window.duplex.events.includes('output_audio_buffer.stopped')", timeout=20_000)
             assert await page.evaluate("window.duplex.firstAudioMs.length") == 1
             assert "response.output_audio.delta" not in await page.evaluate("window.duplex.events")
+            # The page shows what Chromium's jitter buffer held the reply (its part of a barge-in's stop).
+            await page.wait_for_function("window.duplex.jitterMs !== null", timeout=10_000)
+            jitter = await page.evaluate("window.duplex.jitterMs")
+            assert 0 < jitter < 500, jitter
+            shown = await page.evaluate("Math.round(window.duplex.jitterMs)")
+            assert await page.inner_text("#lat-jitter") == f"{shown} ms"
             # 2. A typed message's long reply, talked over: cut, and shown cut.
             await page.fill("#text", STORY)
             await page.keyboard.press("Enter")
@@ -201,7 +207,8 @@ async def test_browser_client_calls_over_webrtc_by_default(server, talker, tmp_p
             truncated = await page.evaluate("window.duplex.truncated[0]")
             assert truncated["audio_end_ms"] > 1000, truncated
             print("webrtc page: first audio", await page.evaluate("window.duplex.firstAudioMs"),
-                  "ms; stop", await page.evaluate("window.duplex.stopMs"), "ms after speech_started")  # fmt: skip
+                  "ms; stop", await page.evaluate("window.duplex.stopMs"), "ms after speech_started; jitter buffer",
+                  await page.evaluate("window.duplex.jitterMs"), "ms")  # fmt: skip
             assert await page.evaluate("window.duplex.errors") == [], console
         finally:
             await browser.close()

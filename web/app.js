@@ -12,7 +12,7 @@ const OUTPUT_RATE = 24000;
 const ACK_MS = 200;
 
 const stats = {
-  state: "disconnected", events: [], played: {}, received: {}, firstAudioMs: [], stopMs: [],
+  state: "disconnected", events: [], played: {}, received: {}, firstAudioMs: [], stopMs: [], jitterMs: null,
   pauses: [], truncated: [], transcripts: [], errors: [], inputSamples: 0,
   echoCancellation: null, // what the browser's canceller runs as: "all", true, false
   transport: null, // "webrtc" (a call) or "websocket"
@@ -178,6 +178,7 @@ function onServerEvent(e) {
     }
     case "output_audio_buffer.stopped":
       if (stats.state === "replying") setState("listening");
+      showJitter();
       break;
     case "output_audio_buffer.cleared":
       if (lastPauseAt !== null) {
@@ -253,6 +254,15 @@ function firstAudio() {
     $("lat-first").textContent = `${Math.round(ms)} ms`;
     turnEndedAt = null;
   }
+}
+
+// A call: what the browser's jitter buffer holds, once a reply has played (a WebSocket has none).
+async function showJitter() {
+  if (!(client instanceof RealtimeCall)) return;
+  const ms = await client.jitterMs();
+  if (ms === null) return;
+  stats.jitterMs = ms;
+  $("lat-jitter").textContent = `${Math.round(ms)} ms`;
 }
 
 function onPlayback(m) {

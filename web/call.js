@@ -60,6 +60,18 @@ export class RealtimeCall extends EventTarget {
     this.dispatchEvent(new CustomEvent("event", { detail: event }));
   }
 
+  // What the browser's jitter buffer held each sample of the reply, on average (ms): a
+  // barge-in's stop reaches the speaker this much after the track goes quiet.
+  async jitterMs() {
+    if (!this.pc) return null;
+    for (const s of (await this.pc.getStats()).values()) {
+      if (s.type === "inbound-rtp" && s.kind === "audio" && s.jitterBufferEmittedCount > 0) {
+        return (1000 * s.jitterBufferDelay) / s.jitterBufferEmittedCount;
+      }
+    }
+    return null;
+  }
+
   get open() {
     return this.dc && this.dc.readyState === "open";
   }
