@@ -170,9 +170,14 @@ spread over the last 3 s: a frame is the user's only above the loudest echo the 
 has given, so a room whose echo varies more needs the user louder over it."""
 FLOOR_PERCENTILE = 10
 """The microphone's noise floor is its quietest tenth of frames."""
-HOLD = 5
-"""Frames (50 ms) the microphone stays passed through after the last frame well above
-the echo: the gaps inside a word are not handed back and forth."""
+HOLD = 15
+"""Frames (150 ms) the microphone stays passed through after the last frame well above
+the echo: the quieter sounds between a word's loud parts (a "p", a "k" before the vowel)
+are the user's too, and AEC3 takes them for echo. Fitted on the tune part at -15 dB
+(bench_hearing --fast --over-reply): 5 -> 15 frames took the cancel 0.45 -> 0.42 s, the
+duck's p90 0.26 -> 0.12 s and the cut's p90 116 -> 64 ms, for one backchannel more (4 -> 5
+of 56); 10 frames gave the tune part's figures to the digit, 30 one backchannel more again.
+Held out: backchannels 7 -> 4 of 40, WER 0.120 -> 0.087."""
 
 
 class NearEnd:
