@@ -4,14 +4,15 @@
 * first audio after ``response.create`` (a typed message): the WebSocket's first audio
   delta received; the call's ``output_audio_buffer.started`` (the first packet of the
   reply leaves the server's track) and its first sound on the caller's track (after
-  aiortc's own jitter buffer, 80 ms: a browser's is 40-80 ms).
+  aiortc's own jitter buffer, 80 ms, or ``--caller-buffer`` packets of 20 ms: Chromium's
+  held 29 ms on loopback, ``tests/test_browser.py``).
 * barge-in stop: a caller talks over a reply (a natural voice, the held-out part of
   the corpus); from the true onset of the speech at the caller's microphone to the
   reply falling quiet for good (ducked at -24 dB or cut: 300 ms below an eighth of its
   level) on the caller's speaker; and to the server's ``speech_started`` on the channel.
 * the cut: ``audio_end_ms`` against what the caller had heard when it began.
 
-    python scripts/bench_calls.py [--trials 10]
+    python scripts/bench_calls.py [--trials 10] [--caller-buffer 2]
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import time
 import numpy as np
 
 from duplex.app.clients.realtime import RealtimeClient
+from duplex.app.edge.calls import jitter_buffers
 from lab.caller import FRAME, RATE, Caller
 from lab.servers import ServerProcess
 from lab.tables import header, row
@@ -81,10 +83,12 @@ def level(x: np.ndarray) -> float:
     return float(np.sqrt(np.mean(x.astype(np.float64) ** 2)))
 
 
-async def call_trial(port: int, interruption: np.ndarray) -> dict[str, float]:
+async def call_trial(port: int, interruption: np.ndarray, buffer: int | None) -> dict[str, float]:
     caller = TimedCaller()
     r = await caller.call(port)
     assert r.status_code == 201, r.text
+    if buffer is not None:
+        jitter_buffers(caller.pc, packets=buffer)
     await asyncio.wait_for(caller.opened.wait(), 10)
     await wait_for(lambda: "session.created" in caller.event_at)
     caller.send("session.update", session={"audio": {"input": {"turn_detection": {"type": "semantic_vad"}}}})
@@ -142,6 +146,9 @@ async def call_trial(port: int, interruption: np.ndarray) -> dict[str, float]:
 async def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--trials", type=int, default=10)
+    ap.add_argument(
+        "--caller-buffer", type=int, help="packets the caller's jitter buffer holds (default: aiortc's 4, 80 ms)"
+    )
     args = ap.parse_args()
     corpus = load_corpus()
     clips = [c for c in corpus.clips if c.kind == "turn" and getattr(c, "split", "tune") == "heldout"]
@@ -152,9 +159,10 @@ async def main() -> None:
         for i in range(args.trials):
             clip = clips[i % len(clips)]
             pcm = resample(clip.pcm, clip.rate, RATE).astype(np.int16)
-            calls.append(await call_trial(server.port, pcm))
+            calls.append(await call_trial(server.port, pcm, args.caller_buffer))
             print(f"call {i + 1}: {calls[-1]}", flush=True)
     base = float(np.median(ws))
+    held = 20 * (args.caller_buffer or 4)
     print(f"\nWebRTC calls and the WebSocket, {args.trials} trials each (median / p95)\n")
     print(header("measure", "median", "p95", "vs the WebSocket"))
     print(row("WebSocket: response.create -> first audio delta", ws, "ms", scale=1000, digits=1, note="1.00x"))
@@ -162,7 +170,7 @@ async def main() -> None:
     print(row("call: response.create -> output_audio_buffer.started", [c["started"] for c in calls], "ms",
               scale=1000, digits=1, note=f"{more:+.1f} ms"))  # fmt: skip
     print(row("call: response.create -> first sound on the caller's track", [c["heard"] for c in calls], "ms",
-              scale=1000, digits=1, note="aiortc's jitter buffer: 80 ms"))  # fmt: skip
+              scale=1000, digits=1, note=f"the caller's jitter buffer: {held} ms"))  # fmt: skip
     print(row("call: true onset -> speech_started on the channel", [c["decided"] for c in calls], "ms",
               scale=1000, digits=0))  # fmt: skip
     print(row("call: true onset -> reply quiet on the caller's speaker", [c["stop"] for c in calls], "ms",

@@ -179,7 +179,7 @@ class Call:
                 self._ended.set()
 
         await self.pc.setRemoteDescription(RTCSessionDescription(request.offer, "offer"))
-        _short_jitter_buffers(self.pc)
+        jitter_buffers(self.pc, packets=1)
         await self.pc.setLocalDescription(await self.pc.createAnswer())
         return str(self.pc.localDescription.sdp)
 
@@ -318,18 +318,19 @@ class Call:
             self._to_caller.append(text)
 
 
-def _short_jitter_buffers(pc: Any) -> None:
-    """The microphone's jitter buffer down from aiortc's four packets (80 ms) to one:
-    every millisecond of it is a millisecond later that a barge-in is heard (a browser on
-    a loopback or a LAN delivers its packets evenly; a late one is a gap the listener
-    hears as a short silence). aiortc fixes the four in its receiver's constructor, so
-    the receiver's buffer is replaced here, where aiortc (pinned below 2) keeps it."""
+def jitter_buffers(pc: Any, *, packets: int) -> None:
+    """The audio receivers' jitter buffers set to hold ``packets`` before they play; the
+    server's microphone holds one, down from aiortc's four (80 ms): every millisecond of
+    it is a millisecond later that a barge-in is heard (a browser on a loopback or a LAN
+    delivers its packets evenly; a late one is a gap the listener hears as a short
+    silence). aiortc fixes the four in its receiver's constructor, so the receiver's
+    buffer is replaced here, where aiortc (pinned below 2) keeps it."""
     from aiortc.jitterbuffer import JitterBuffer
 
     for transceiver in pc.getTransceivers():
         receiver = transceiver.receiver
         if transceiver.kind == "audio" and hasattr(receiver, "_RTCRtpReceiver__jitter_buffer"):
-            receiver._RTCRtpReceiver__jitter_buffer = JitterBuffer(capacity=16, prefetch=1)
+            receiver._RTCRtpReceiver__jitter_buffer = JitterBuffer(capacity=16, prefetch=packets)
 
 
 class Calls:
