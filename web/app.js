@@ -259,7 +259,7 @@ function firstAudio() {
 // A call: what the browser's jitter buffer holds, once a reply has played (a WebSocket has none).
 async function showJitter() {
   if (!(client instanceof RealtimeCall)) return;
-  const ms = await client.jitterMs();
+  const ms = await client.jitterMs().catch(() => null); // (the call may have ended meanwhile)
   if (ms === null) return;
   stats.jitterMs = ms;
   $("lat-jitter").textContent = `${Math.round(ms)} ms`;
