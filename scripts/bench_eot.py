@@ -11,7 +11,9 @@ End of turn = from the true end of speech to the frame the turn ended at; silenc
 to the turn's ``audio_end``; take-over = a turn that ended inside the pause.
 
     python scripts/bench_eot.py [--split heldout] [--variant settle_ms=350,doubt_ms=700 ...] [--asr-model tiny.en]
-        [--babble 10 --babble 5] [--asr-enhancer hush|none]
+        [--babble 10 --babble 5] [--asr-enhancer hush|none] [--by]
+
+``--by`` adds each row's end of turn by the voice's family and by condition.
 """
 
 from __future__ import annotations
@@ -47,7 +49,15 @@ def ended(vad: SileroVad, answers: Answers, pcm: np.ndarray) -> tuple[int, int] 
     return stopped.at, stopped.signal.audio_end
 
 
-def run(vad: SileroVad, answers: Answers, clips: list[Clip], babble: float | None = None) -> list[str]:
+def run(
+    vad: SileroVad,
+    answers: Answers,
+    clips: list[Clip],
+    babble: float | None = None,
+    by: dict[str, list[float | None]] | None = None,
+) -> list[str]:
+    """The row's cells; ``by``, if given, collects each turn's end of turn (None: no turn)
+    under its family and its condition."""
     eot, silence, missed, takeovers, pauses = [], [], 0, 0, 0
     track = "babble_heldout" if clips and getattr(clips[0], "split", "tune") == "heldout" else "babble"
     each = [(c, "clean", i) for i, c in enumerate(c for c in clips if c.kind in ("turn", "paused"))]
@@ -63,6 +73,10 @@ def run(vad: SileroVad, answers: Answers, clips: list[Clip], babble: float | Non
             pauses += 1
             continue
         end = start + clip.speech_end * RATE // clip.rate
+        if by is not None:
+            # (in a bed, every clip is the clean one: the row names the condition)
+            for group in (f"family {clip.family}", *((f"condition {condition}",) if babble is None else ())):
+                by.setdefault(group, []).append(None if got is None else (got[0] - end) / RATE)
         if got is None:
             missed += 1
         else:
@@ -90,6 +104,7 @@ def main() -> None:
     )
     ap.add_argument("--no-floor", action="store_true", help="also without the floor's end of words (the baseline)")
     ap.add_argument("--skip-clean", action="store_true", help="only the babble rows")
+    ap.add_argument("--by", action="store_true", help="also each row's end of turn by family and by condition")
     ap.add_argument(
         "--asr-enhancer",
         choices=("hush", "none"),
@@ -101,6 +116,7 @@ def main() -> None:
     corpus, vad = load_corpus(), SileroVad()
     answers = Answers(args.asr_model, enhancer=enhancer)
     medium = S.EAGERNESS["medium"]
+    groups: dict[str, dict[str, list[float | None]]] = {}
     print(header("part", "medium eagerness", "pause TOR ↓", "turns ended", "end of turn ↓", "silence required"))
     for split in args.split or ["tune", "heldout"]:
         clips = [c for c in corpus.clips if getattr(c, "split", "tune") == split]
@@ -108,14 +124,23 @@ def main() -> None:
             changes = {k: type(getattr(medium, k))(v) for k, v in (kv.split("=") for kv in spec.split(",") if kv)}
             S.EAGERNESS["medium"] = S.EAGERNESS["auto"] = replace(medium, **changes)
             if not args.skip_clean:
-                cells = [split, spec or "as shipped", *run(vad, answers, clips)]
-                print("| " + " | ".join(cells) + " |", flush=True)
+                cells = [split, spec or "as shipped"]
+                by = groups.setdefault(" ".join(cells), {}) if args.by else None
+                print("| " + " | ".join(cells + run(vad, answers, clips, by=by)) + " |", flush=True)
             for snr in args.babble:
                 for floor in (True, False) if args.no_floor else (True,):
                     with mock.patch.object(Floor, "ended", Floor.ended if floor else lambda *_, **__: None):
                         cells = [f"{split}, in babble {snr:g} dB{'' if floor else ', no floor'}", spec or "as shipped"]
-                        print("| " + " | ".join(cells + run(vad, answers, clips, snr)) + " |", flush=True)
+                        by = groups.setdefault(" ".join(cells), {}) if args.by else None
+                        print("| " + " | ".join(cells + run(vad, answers, clips, snr, by)) + " |", flush=True)
     S.EAGERNESS["medium"] = S.EAGERNESS["auto"] = medium
+    if groups:
+        print("\nBy family and by condition: turns ended, end of turn (median / p90 s)\n")
+        print(header("row", "group", "turns ended", "end of turn ↓"))
+        for name, by in groups.items():
+            for group, ends in sorted(by.items()):
+                got = [e for e in ends if e is not None]
+                print(f"| {name} | {group} | {len(got)}/{len(ends)} | {spread(got, digits=2, q=0.9)} |")
 
 
 if __name__ == "__main__":

@@ -16,6 +16,9 @@ never tuned on, the figures that decide), ``tune`` or ``all``.
 ``--enhancer`` adds each Whisper model again with Hush before it (``pipeline/enhancer.py``:
 only on audio its levels call noisy).
 
+A second table gives each recogniser's WER by family (how the voice was made: neural,
+HTS, clustergen, diphone, or a human recording), over all five conditions.
+
     python scripts/bench_recognition.py [--models tiny.en,base,pocketsphinx] [--split heldout] [--enhancer]
 """
 
@@ -88,6 +91,7 @@ def measure(name: str, decode: Decode, split: str) -> dict[str, object]:
     walls: list[float] = []
     cpu = audio = 0.0
     human = [0, 0]
+    families: dict[str, list[int]] = {}
     for condition in CONDITIONS:
         errors = words = 0
         for i, clip in enumerate(clips):
@@ -102,8 +106,11 @@ def measure(name: str, decode: Decode, split: str) -> dict[str, object]:
             errors, words = errors + e, words + n
             if clip.source == "human":
                 human[0], human[1] = human[0] + e, human[1] + n
+            tally = families.setdefault(clip.family, [0, 0])
+            tally[0], tally[1] = tally[0] + e, tally[1] + n
         row[condition] = errors / words
     row["human"] = human[0] / human[1]
+    row["families"] = {f: e / max(1, n) for f, (e, n) in sorted(families.items())}
     row["cpu"] = cpu / audio
     row["wall"] = spread(walls, scale=1000)
     return row
@@ -132,6 +139,13 @@ def main() -> None:
         wers = " | ".join(f"{float(r[c]):.3f}" for c in CONDITIONS)  # type: ignore[arg-type]
         cpu = float(r["cpu"])  # type: ignore[arg-type]
         print(f"| {r['name']} | {wers} | {float(r['human']):.3f} | {cpu:.3f} | {cpu / base_cpu:.2f}x | {r['wall']} |")  # type: ignore[arg-type]
+    names = list(rows[0]["families"])  # type: ignore[call-overload]
+    print(f"\nBy family (the voices' synthesis, or human; all five conditions): WER, {args.split}\n")
+    print(f"| recogniser | {' | '.join(names)} |")
+    print("|---|" + "---|" * len(names))
+    for r in rows:
+        fam: dict[str, float] = r["families"]  # type: ignore[assignment]
+        print(f"| {r['name']} | " + " | ".join(f"{fam[f]:.3f}" for f in names) + " |")
 
 
 if __name__ == "__main__":
