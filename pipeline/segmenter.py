@@ -28,9 +28,14 @@ MARGIN_S = 0.5
 """Once what is queued to play would run out within this, the words written so far go at
 once, whether or not their clause is complete (a long clause after the first words ran
 a reply dry for half a second)."""
-AHEAD = 2.0
+AHEAD = 1.3
 """How many times faster than the voice the model must write for its first words to go
-alone: the rest of the clause is then written before those words have been heard."""
+alone: the rest of the clause is then written while those words play (and what is
+written goes anyway before the voice would run out: ``MARGIN_S``). At 2.0 the first words
+of four conversations answered at once (~5 words a second each) waited for their
+clause; at 1.3 their first audio came 0.5-0.7 s sooner at the median, no reply ran dry,
+and one conversation alone (~10 words a second) is unchanged; 1.0 was no faster
+(scripts/bench_conversation.py --parallel 4, docs/benchmarks.md)."""
 
 
 @dataclass(frozen=True, slots=True)
