@@ -90,7 +90,6 @@ def measure(name: str, decode: Decode, split: str) -> dict[str, object]:
     row: dict[str, object] = {"name": name}
     walls: list[float] = []
     cpu = audio = 0.0
-    human = [0, 0]
     families: dict[str, list[int]] = {}
     for condition in CONDITIONS:
         errors = words = 0
@@ -104,13 +103,11 @@ def measure(name: str, decode: Decode, split: str) -> dict[str, object]:
             audio += pcm.size / RATE
             e, n = wer(clip.text, text)
             errors, words = errors + e, words + n
-            if clip.source == "human":
-                human[0], human[1] = human[0] + e, human[1] + n
             tally = families.setdefault(clip.family, [0, 0])
             tally[0], tally[1] = tally[0] + e, tally[1] + n
         row[condition] = errors / words
-    row["human"] = human[0] / human[1]
-    row["families"] = {f: e / max(1, n) for f, (e, n) in sorted(families.items())}
+    rates = {f: e / max(1, n) for f, (e, n) in sorted(families.items())}
+    row["families"], row["human"] = rates, rates.get("human", float("nan"))
     row["cpu"] = cpu / audio
     row["wall"] = spread(walls, scale=1000)
     return row
