@@ -180,6 +180,62 @@ of 56); 10 frames gave the tune part's figures to the digit, 30 one backchannel 
 Held out: backchannels 7 -> 4 of 40, WER 0.120 -> 0.087."""
 
 
+DELAY_WINDOW = 100
+"""Frames (1 s) of the microphone and the reply the echo's delay is found over."""
+DELAY_EVERY = (20, 50)
+"""Frames between two searches for it: until it is found (200 ms), then to follow it (500 ms)."""
+DELAY_PEAK = 0.25
+"""The phase-transform correlation's peak that shows the echo: measured 0.4-0.7 over a
+second of echo alone, under 0.14 while the user's voice, not yet passed, filled it."""
+DELAY_PROMINENCE = 10.0
+"""...and how far above the correlation's typical (median) value the peak must stand."""
+SPAN = (1, 4)
+"""Frames before and after the echo's delay whose reply a frame's echo can hold: the room's
+reflections (the bench's four spread over 31 ms) and the frames' edges."""
+
+
+class EchoDelay:
+    """Where the reply's echo comes in the microphone, to the frame.
+
+    The phase-transform cross-correlation (GCC-PHAT) of the last second of microphone
+    and reply (both decimated to ~6 kHz: a frame's precision is all it must have), every
+    :data:`DELAY_EVERY` frames; frames the user's voice was passed in are left out.
+    A delay is taken once two searches in a row agree on it (within a frame) with a
+    clear peak (:data:`DELAY_PEAK`, :data:`DELAY_PROMINENCE`): the user's voice under
+    its threshold still fills the window while they talk, and the peak falls there.
+    """
+
+    def __init__(self) -> None:
+        self._near: list[np.ndarray] = []
+        self._far: list[np.ndarray] = []
+        self._frames = 0
+        self._candidate: int | None = None
+        self.lag: int | None = None
+        """The echo's delay in frames (None until found)."""
+
+    def add(self, near: np.ndarray, far: np.ndarray, *, user: bool) -> None:
+        """A frame of the microphone (``user``: the user's voice) and what played over it."""
+        step = max(1, round(near.size / 60))
+        self._near.append(np.zeros(near[::step].size, np.float32) if user else near[::step].astype(np.float32))
+        self._far.append(far[::step].astype(np.float32))
+        del self._near[:-DELAY_WINDOW], self._far[:-DELAY_WINDOW]
+        self._frames += 1
+        if self._frames % DELAY_EVERY[self.lag is not None] or len(self._near) < DELAY_WINDOW // 2:
+            return
+        n, f = np.concatenate(self._near), np.concatenate(self._far)
+        if not np.any(f) or not np.any(n):
+            return
+        size = 1 << int(np.ceil(np.log2(2 * n.size)))
+        cross = np.fft.rfft(n, size) * np.conj(np.fft.rfft(f, size))
+        cc = np.fft.irfft(cross / (np.abs(cross) + 1e-9), size)[: (MAX_LAG + 1) * self._near[-1].size]
+        peak = int(np.argmax(cc))
+        found = peak // self._near[-1].size
+        clear = cc[peak] > DELAY_PEAK and cc[peak] > DELAY_PROMINENCE * float(np.median(np.abs(cc)))
+        if clear and self._candidate is not None and abs(found - self._candidate) <= 1:
+            self.lag = found
+        self._candidate = found if clear else None
+
+
 class NearEnd:
     """Whether a frame is the user's voice well above any echo of the reply it could hold.
 
@@ -193,9 +249,17 @@ class NearEnd:
     frames that held only echo (or the microphone's own noise, if louder). A frame
     :data:`NEAR_MARGIN_DB` above that is the user's voice, the echo in it at least that
     far below: it passes as it came. AEC3 still hears every frame, so it stays adapted.
+
+    Once the echo's delay is found (:class:`EchoDelay`), the reply's loudest frame is
+    taken around it (:data:`SPAN`) rather than over every lag: between the reply's words
+    the user need not be as loud to be heard as the user. At -15 dB this passed 94% of
+    the user's voiced frames over a reply, against 71% (30 voices of each part of the
+    corpus, 6 dB under the reply; at -6 dB 55% against 11%, at -30 dB 99.9% against
+    99.5%), and no frame of echo alone.
     """
 
     def __init__(self) -> None:
+        self.delay = EchoDelay()
         self._far: list[float] = []
         self._gains: list[float] = []  # microphone less the reply's envelope, frames of echo alone
         self._levels: list[float] = []  # the microphone's
@@ -210,7 +274,7 @@ class NearEnd:
         """A frame of the microphone and what played over it: whether it is the user's."""
         self._far.append(_dbfs(far))
         del self._far[: -(MAX_LAG + 1)]
-        near_db, envelope = _dbfs(near), max(self._far)
+        near_db, envelope = _dbfs(near), self._envelope()
         self._levels.append(near_db)
         del self._levels[:-WINDOW]
         self._frames += 1
@@ -218,15 +282,25 @@ class NearEnd:
             self.floor = float(np.percentile(self._levels, FLOOR_PERCENTILE))
             if len(self._gains) >= JUDGE_FROM:
                 self.gain = float(np.percentile(self._gains, ECHO_GAIN_PERCENTILE))
-        sounding = envelope > FAR_ACTIVE_DBFS  # (else there is no echo to take the user's voice for)
-        if sounding and self.gain is not None and near_db > max(envelope + self.gain, self.floor) + NEAR_MARGIN_DB:
+        reach = max(self._far) > FAR_ACTIVE_DBFS  # (else there is no echo to take the user's voice for)
+        if reach and self.gain is not None and near_db > max(envelope + self.gain, self.floor) + NEAR_MARGIN_DB:
             self._held = HOLD
         elif self._held:
             self._held -= 1
-        elif sounding:  # echo alone (or quiet speech under it): the room's gain
+        elif envelope > FAR_ACTIVE_DBFS:  # echo alone (or quiet speech under it): the room's gain
             self._gains.append(near_db - envelope)
             del self._gains[:-WINDOW]
+        self.delay.add(near, far, user=self._held > 0)
         return self._held > 0
+
+    def _envelope(self) -> float:
+        """The reply's loudest frame (dBFS) whose echo this frame can hold."""
+        lag = self.delay.lag
+        if lag is None:
+            return max(self._far)
+        last = len(self._far) - max(0, lag - SPAN[0])
+        span = self._far[max(0, len(self._far) - 1 - lag - SPAN[1]) : last]
+        return max(span) if span else max(self._far)
 
 
 def _dbfs(x: np.ndarray) -> float:
