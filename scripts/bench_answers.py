@@ -1,7 +1,7 @@
 """The chat models and prompts the local thinker could run, on text: how right, how fast.
 
-Each model runs in process exactly as ``--thinker local`` runs it (llama.cpp through
-``xllamacpp``, 2 threads, the slots warmed with the speech prompt), and answers the
+Each model runs in process exactly as ``--thinker local`` runs it (ik_llama.cpp through
+the engine, 2 threads, the slots warmed with the speech prompt), and answers the
 question set as text (no voice, no recognition: the model alone). Printed per model:
 load time, memory added, first token for the tool-laden prompt read cold and for a
 follow-up with the conversation cached, generated tokens per second, and answers right

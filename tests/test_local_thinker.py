@@ -7,14 +7,21 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import threading
 
+import numpy as np
 import pytest
 
 from duplex.pipeline.recognizer import only_command
 from duplex.pipeline.thinker import ThinkRequest
 from duplex.pipeline.thinkers.calls import CallReader, call_grammar, call_probability, tools_prompt
+from duplex.pipeline.thinkers.chatml import render
+from duplex.pipeline.thinkers.engine import Engine
+from duplex.pipeline.thinkers.gbnf import Grammar
+from duplex.pipeline.thinkers.llama_api import api
 from duplex.pipeline.thinkers.local import SPEECH_PROMPT, WAITING, LocalChatThinker
 from duplex.pipeline.thinkers.said import Speakable
+from duplex.pipeline.thinkers.sampling import MIN_P, TOP_K, TOP_P, logprobs, sample
 from duplex.pipeline.thinkers.slots import CHARS_PER_TOKEN, CONTEXT_MARGIN, Slots, fit_context
 from duplex.pipeline.tools import ToolCallDelta
 from lab.questions import TOOLS
@@ -69,11 +76,32 @@ def test_the_first_tokens_alternatives_say_how_likely_a_call_is():
 
 def test_a_forced_call_is_written_under_the_tools_schemas():
     grammar = call_grammar(TOOLS, {"type": "function", "name": "set_timer"})
-    schema = json.loads(grammar.split("%json ", 1)[1])
-    assert [a["properties"]["name"]["const"] for a in schema["anyOf"]] == ["set_timer"]
-    assert schema["anyOf"][0]["properties"]["arguments"] == TOOLS[1]["parameters"]
-    assert len(json.loads(call_grammar(TOOLS, "required").split("%json ", 1)[1])["anyOf"]) == 2
+    rules = dict(line.split(" ::= ", 1) for line in grammar.splitlines() if " ::= " in line)
+    assert rules["root"] == "call0" and "set_timer" in rules["call0"] and "get_weather" not in grammar
+    assert rules["args0"] == '"{" "\\"minutes\\": " number "}"'  # the tool's one required property, a number
+    assert call_grammar(TOOLS, "required").splitlines()[0] == "root ::= call0 | call1"
     assert '"name": "get_weather"' in tools_prompt(TOOLS) and "<tool_call>" in tools_prompt(TOOLS)
+
+
+def test_schemas_become_grammars_that_keep_their_types_and_choices():
+    g = Grammar()
+    schema = {
+        "type": "object",
+        "properties": {
+            "unit": {"enum": ["c", "f"]},
+            "days": {"type": "array", "items": {"type": "integer"}},
+            "city": {"type": "string"},
+        },
+        "required": ["city"],
+    }
+    root = g.schema(schema, "args")
+    text = g.text(root)
+    assert g.rules["args"] == (
+        '"{" "\\"city\\": " string ( ", " "\\"unit\\": " ("\\"c\\"" | "\\"f\\"") )?'
+        ' ( ", " "\\"days\\": " args-days )? "}"'
+    )
+    assert g.rules["args-days"] == '"[" ( integer ( ", " integer )* )? "]"'
+    assert "string ::= " in text and text.startswith("root ::= args")
 
 
 def test_commands_are_obeyed_not_asked():
@@ -237,3 +265,72 @@ async def test_beyond_its_slots_a_reply_waits_and_says_so(model):
     for stream in [*talking, third]:
         await stream.aclose()
     await model.idle()
+
+
+def test_the_prompt_is_the_models_own_template_with_calls_and_results_as_it_writes_them():
+    call = {"id": "c", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}}
+    msgs = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c", "content": "Sunny."},
+        {"role": "tool", "tool_call_id": "d", "content": "21 degrees."},
+    ]
+    assert render(msgs) == (
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWeather in Paris?<|im_end|>\n"
+        '<|im_start|>assistant\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+        "<|im_end|>\n<|im_start|>user\n<tool_response>\nSunny.\n</tool_response>\n<tool_response>\n21 degrees.\n"
+        "</tool_response><|im_end|>\n<|im_start|>assistant\n"
+    )
+    ahead = render(msgs[:2], add_generation_prompt=False)
+    assert ahead.endswith("Paris?<|im_end|>\n") and render([{"role": "user", "content": "Hi"}]).startswith(
+        "<|im_start|>system\nYou are Qwen"
+    )
+
+
+async def test_a_request_stopped_before_its_prompt_is_read_reads_none_of_it(model):
+    await model.idle()
+    engine, before = model._server, model.counters()["prompt_tokens_total"]
+    stop = threading.Event()
+    stop.set()
+    body = model.body(ThinkRequest("r", (user("Tell me about the history of Rome. " * 40),)), 1)
+    result = await asyncio.to_thread(engine.handle_chat_completions, {**body, "stream": False}, None, stop)
+    assert "error" not in result and result["timings"]["predicted_n"] == 0
+    assert model.counters()["prompt_tokens_total"] == before
+
+
+async def test_a_request_it_cannot_serve_fails_alone_and_the_model_serves_on(model):
+    engine = model._server
+    body = {**model.body(ThinkRequest("r", (user("Hi."),)), 1), "stream": False, "grammar": "root ::= ("}
+    assert "grammar" in (await asyncio.to_thread(engine.handle_chat_completions, body))["error"]["message"]
+    body = {**body, "id_slot": 2, "grammar": None}  # the model has two
+    assert "no slot 2" in (await asyncio.to_thread(engine.handle_chat_completions, body))["error"]["message"]
+    said = "".join(map(str, await answer(model, [user("What is the capital of Italy?")], conversation="after")))
+    assert "rome" in said.lower()
+
+
+def test_another_models_template_is_llama_cpps_with_calls_and_results_as_chatml_words_them():
+    engine = object.__new__(Engine)  # the template needs llama.cpp's renderer, not a model
+    engine._C, engine._lib = api()
+    engine._template = b'{{ "<start_of_turn>" }}'  # a Gemma template, as llama.cpp detects one
+    call = {"function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}
+    msgs = [user("Weather?"), {"role": "assistant", "content": "", "tool_calls": [call]}]
+    msgs.append({"role": "tool", "content": "Sunny."})
+    assert engine.prompt(msgs) == (
+        "<start_of_turn>user\nWeather?<end_of_turn>\n<start_of_turn>model\n<tool_call>\n"
+        '{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call><end_of_turn>\n'
+        "<start_of_turn>user\n<tool_response>\nSunny.\n</tool_response><end_of_turn>\n<start_of_turn>model\n"
+    )
+    assert engine.prompt([user("Hi")], add_generation_prompt=False) == "<start_of_turn>user\nHi<end_of_turn>\n"
+
+
+def test_sampling_keeps_llama_cpps_defaults_and_the_first_tokens_alternatives_are_log_probabilities():
+    logits = np.log(np.array([0.5, 0.3, 0.15, 0.04, 0.01], np.float32))
+    rng = np.random.default_rng(0)
+    assert sample(logits, 0.0, (TOP_K, TOP_P, MIN_P), rng) == 0
+    drawn = {sample(logits, 1.0, (TOP_K, TOP_P, MIN_P), rng) for _ in range(300)}
+    assert drawn == {0, 1, 2}  # top-p 0.95 keeps three; min-p 0.05 of the likeliest drops 0.01 anyway
+    assert {sample(logits, 1.0, (1, 1.0, 0.0), rng) for _ in range(50)} == {0}  # top-k 1
+    out = logprobs(logits, 1, 2, str)
+    assert out["token"] == "1" and math.exp(out["logprob"]) == pytest.approx(0.3, rel=1e-5)
+    assert [t["token"] for t in out["top_logprobs"]] == ["0", "1"]

@@ -13,7 +13,8 @@ taken apart:
   the first token's alternatives as the reply streams, so a reply that is no call
   costs nothing more;
 * **what** the call is, is then written under a grammar of the tools' JSON schemas
-  (llama.cpp's LLGuidance), compact, so it is always a valid call to an offered tool;
+  (GBNF, :mod:`~duplex.pipeline.thinkers.gbnf`), compact, so it is always a valid call
+  to an offered tool;
 * a call the model writes as text anyway is still read as one (:class:`CallReader`).
 """
 
@@ -24,6 +25,7 @@ import math
 import re
 from typing import Any
 
+from duplex.pipeline.thinkers.gbnf import Grammar, literal
 from duplex.pipeline.tools import Tool, ToolCallDelta, ToolChoice, call_id, forced_name, parameters
 
 CALL_PROBABILITY = 0.08
@@ -61,22 +63,21 @@ def call_probability(chunk: dict[str, Any]) -> float | None:
 
 
 def call_grammar(tools: tuple[Tool, ...], choice: ToolChoice) -> str:
-    """The grammar a forced call is written under: one ``{"name", "arguments"}`` object
-    for the named tool, or for any offered one; no spare whitespace (fewer tokens)."""
+    """The grammar (GBNF) a forced call is written under: one ``{"name", "arguments"}``
+    object for the named tool, or for any offered one, its arguments under the tool's
+    schema; no spare whitespace (fewer tokens)."""
     name = forced_name(choice)
     names = [name] if name is not None else [str(t["name"]) for t in tools]
-    schema = {
-        "type": "object",
-        "anyOf": [
-            {
-                "properties": {"name": {"const": n}, "arguments": parameters(tools, n)},
-                "required": ["name", "arguments"],
-            }
-            for n in names
-        ],
-        "x-guidance": {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "},
-    }
-    return "%llguidance {}\nstart: %json " + json.dumps(schema)
+    g = Grammar()
+    calls = [
+        g.rule(
+            f"call{i}",
+            f"{literal(json.dumps({'name': n})[:-1] + ', ' + chr(34) + 'arguments' + chr(34) + ': ')} "
+            f'{g.schema(parameters(tools, n), f"args{i}")} "}}"',
+        )
+        for i, n in enumerate(names)
+    ]
+    return g.text(" | ".join(calls))
 
 
 def written_call(text: str, request_id: str) -> ToolCallDelta:

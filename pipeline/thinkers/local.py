@@ -1,21 +1,17 @@
-"""The default thinker: a chat model in this process, on llama.cpp (``xllamacpp``).
+"""The default thinker: a chat model in this process, on ik_llama.cpp (:mod:`~duplex.pipeline.thinkers.engine`).
 
-llama.cpp's own server runs inside the process: its slots decode several
-conversations at once (continuous batching), each slot keeps the prompt it last
-saw in its cache, and the model's own chat template makes the prompt (function
-tools: :mod:`~duplex.pipeline.thinkers.calls`).
-Requests go to it as OpenAI-style chat completions through ``xllamacpp``'s
-``handle_chat_completions``, which blocks its calling thread (not the GIL) and
-streams chunks to a callback; the callback hands them to the event loop and, once
-the reply is cancelled, tells llama.cpp to stop (at the next token).
+The engine's slots decode several conversations at once (continuous batching), each
+slot keeps the prompt it last saw in its cache, and the model's own chat template
+makes the prompt (:mod:`~duplex.pipeline.thinkers.chatml`; function tools:
+:mod:`~duplex.pipeline.thinkers.calls`). Requests go to it as OpenAI-style chat
+completions (llama.cpp server's fields), which block their calling thread (not the GIL)
+and stream chunks to a callback; the callback hands them to the event loop and, once the
+reply is cancelled, the engine stops it at its next step.
 
 A conversation keeps its slot while there are enough of them, so each turn only
 evaluates what is new since the last (the user's words; the prefix is cached), and
 two requests of one conversation never run at once (a prepared reply and the turn's
-own wait for each other instead of splitting the cache).
-
-The server listens on no network port: llama.cpp's HTTP listener is a Unix socket
-in a private temporary directory, locked with a random key.
+own wait for each other instead of splitting the cache). Nothing listens on any port.
 """
 
 from __future__ import annotations
@@ -23,9 +19,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
-import secrets
-import tempfile
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -45,6 +38,7 @@ from duplex.pipeline.thinkers.calls import (
     written_call,
 )
 from duplex.pipeline.thinkers.chat_models import DEFAULT_MODEL, ProgressBar, cache_dir, resolve
+from duplex.pipeline.thinkers.engine import Engine
 from duplex.pipeline.thinkers.said import Speakable
 from duplex.pipeline.thinkers.slots import Slots, fit_context
 from duplex.pipeline.tools import ToolCallDelta, calls_allowed
@@ -70,12 +64,8 @@ TEMPERATURE = 0.2
 """Low: a small model answers facts more reliably (scripts/bench_answers.py --set dev). A
 tool's result is read back at 0, not improvised on (at 0.2, now and then "I don't know")."""
 
-PROMPT_CACHE_MIB = 256
-"""Memory for the prompts of slots taken over (a conversation that comes back is restored):
-llama.cpp's default, 8 GiB, grew the server ~10 MB a conversation. This holds ~20 of 500 tokens."""
-
 NICE = 0
-"""llama.cpp's threads run at the listening's priority: at nice 5 first audio came ~0.1 s
+"""The engine's threads run at the listening's priority: at nice 5 first audio came ~0.1 s
 later, and at 0 a barge-in is heard as soon as with the echo (docs/benchmarks-history.md, "Nice 0")."""
 
 
@@ -113,7 +103,7 @@ class LocalChatThinker:
         self.nice = nice
         self.path: Path | None = None
         self._server: Any = None
-        self._socket_dir: tempfile.TemporaryDirectory[str] | None = None
+        """The :class:`Engine` (a test may stand in for it)."""
         self._pool = ThreadPoolExecutor(max_workers=2 * slots, thread_name_prefix="llama")
         self._slots = Slots(slots)
         self._running: dict[str, tuple[threading.Event, asyncio.Future[Any]]] = {}
@@ -140,34 +130,9 @@ class LocalChatThinker:
         call[1].add_done_callback(lambda _: self._inflight.discard(call))
         return asyncio.wrap_future(call[1])
 
-    def _build(self) -> Any:
-        import xllamacpp
-
+    def _build(self) -> Engine:
         assert self.path is not None
-        p = xllamacpp.CommonParams()
-        p.model.path = str(self.path)
-        # Read, not mapped: the weights are repacked anyway, and a mapping kept the file resident too.
-        p.load_mode = xllamacpp.llama_load_mode.LLAMA_LOAD_MODE_NONE
-        p.n_parallel = self.slots
-        p.n_ctx = self.context * self.slots
-        p.kv_unified = False
-        p.cpuparams.n_threads = self.threads
-        p.cpuparams_batch.n_threads = self.threads
-        p.cpuparams.poll = 0
-        p.cpuparams_batch.poll = 0
-        p.cache_prompt = True
-        p.cache_ram_mib = PROMPT_CACHE_MIB
-        p.use_jinja = True
-        p.warmup = True
-        p.ui = False
-        p.endpoint_slots = False
-        p.endpoint_metrics = True
-        p.verbosity = 0 if log.isEnabledFor(logging.DEBUG) else -1
-        self._socket_dir = tempfile.TemporaryDirectory(prefix="duplex-llama-")
-        os.chmod(self._socket_dir.name, 0o700)
-        p.hostnames = [str(Path(self._socket_dir.name) / "llama.sock")]
-        p.api_keys = [secrets.token_urlsafe(24)]
-        return xllamacpp.Server(p)
+        return Engine(str(self.path), slots=self.slots, context=self.context, threads=self.threads)
 
     def messages(self, request: ThinkRequest) -> list[Message]:
         """The request's messages with the speech prompt first (the session's
@@ -281,7 +246,7 @@ class LocalChatThinker:
 
         def run() -> None:
             try:
-                result = self._server.handle_chat_completions(body, on_chunk)
+                result = self._server.handle_chat_completions(body, on_chunk, stop)
                 if isinstance(result, dict) and "error" in result:
                     loop.call_soon_threadsafe(chunks.put_nowait, _error(result))
             except BaseException as exc:  # raised on the event loop's side
@@ -332,7 +297,7 @@ class LocalChatThinker:
         body = {**self.body(request, self._slots.of(key)), "stream": False, "max_tokens": 0}
         body["add_generation_prompt"] = False  # (3 tokens a read-ahead, beside recognition)
         stop = threading.Event()
-        running = (stop, self._call(self._server.handle_chat_completions, body, stop=stop))
+        running = (stop, self._call(self._server.handle_chat_completions, body, None, stop, stop=stop))
         self._running[key] = running
         try:
             result = await asyncio.shield(running[1])
@@ -349,7 +314,7 @@ class LocalChatThinker:
         await asyncio.gather(*(asyncio.wrap_future(f) for _, f in list(self._inflight)), return_exceptions=True)
 
     def counters(self) -> dict[str, float]:
-        """llama.cpp's own counters (``tokens_predicted_total``, ``prompt_tokens_total``, ...)."""
+        """The engine's counters (``tokens_predicted_total``, ``prompt_tokens_total``, ...)."""
         if self._server is None:
             return {}
         out = {}
@@ -361,18 +326,11 @@ class LocalChatThinker:
 
     async def aclose(self) -> None:
         for stop, _ in self._inflight:
-            stop.set()  # at its next token (a prompt being read is read to its end first)
-        held, self._server = [self._server], None
-        if held[0] is not None and not self._inflight:
-            await asyncio.to_thread(_release, held)
-        # else a call still inside llama.cpp holds the server: the last one frees it as it returns
+            stop.set()  # at the engine's next step
+        engine, self._server = self._server, None
+        if engine is not None:
+            await asyncio.to_thread(engine.close)  # what is still in flight ends with an error
         self._pool.shutdown(wait=False, cancel_futures=True)
-        if self._socket_dir is not None:
-            self._socket_dir.cleanup()
-
-
-def _release(held: list[Any]) -> None:
-    held.clear()  # the last reference: llama.cpp's server stops its loop and frees the model, on this thread
 
 
 def _error(chunk: dict[str, Any]) -> RuntimeError:

@@ -1,6 +1,6 @@
-"""llama.cpp's own server (``xllamacpp``) in a child process on a free loopback port: the
-"remote" chat endpoint a test or benchmark points ``--thinker openai`` at, running the
-same weights the local thinker runs in process."""
+"""llama.cpp's own server (``xllamacpp``, the ``baseline`` extra) in a child process on a
+free loopback port: the "remote" chat endpoint a benchmark points ``--thinker openai`` at,
+running the same weights the local thinker runs in process."""
 
 from __future__ import annotations
 
