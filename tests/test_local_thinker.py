@@ -334,3 +334,14 @@ def test_sampling_keeps_llama_cpps_defaults_and_the_first_tokens_alternatives_ar
     out = logprobs(logits, 1, 2, str)
     assert out["token"] == "1" and math.exp(out["logprob"]) == pytest.approx(0.3, rel=1e-5)
     assert [t["token"] for t in out["top_logprobs"]] == ["0", "1"]
+
+
+async def test_one_conversation_gets_every_thread_and_several_share_one(model):
+    engine = model._server
+    await model.idle()
+    engine._used[:] = [0.0] * engine.slots  # nobody has asked for a long while
+    await answer(model, [user("Say hi.")], conversation="alone", options={"max_tokens": 2})
+    assert engine._threads_now == model.threads == 2
+    await answer(model, [user("Say hello.")], conversation="another", options={"max_tokens": 2})
+    assert model._slots.of("another") != model._slots.of("alone")  # (the other slot: "alone" was used last)
+    assert engine._threads_now == 1  # two conversations within SHARED_S: the cores are shared

@@ -34,7 +34,11 @@ from duplex.pipeline.thinkers.llama_api import QUIET, api, apply_template
 from duplex.pipeline.thinkers.sampling import MIN_P, TOP_K, TOP_P, logprobs, sample
 
 PROMPT_CHUNK = 128
-"""Prompt tokens read in one step beside the tokens being written."""
+"""Prompt tokens read in one step while no reply is being written..."""
+PROMPT_BESIDE = 32
+"""...and while one is: a step's time is a pause in every reply being written."""
+SHARED_S = 4.0
+"""Requests in more than one slot within this: several conversations share the cores."""
 BATCH = 512
 GRAMMAR_FIRST = 256
 """Candidates a grammar judges before the whole vocabulary (~150 k tokens: slow to judge each step)."""
@@ -93,7 +97,8 @@ class Engine:
         self._ctx = lib.llama_init_from_model(self._model, cp)
         if not self._ctx:
             raise RuntimeError("llama.cpp could not make a context")
-        self.slots, self.context = slots, context
+        self.slots, self.context, self.threads = slots, context, threads
+        self._threads_now = threads
         self.n_vocab = C.llama_vocab_n_tokens(C.llama_model_get_vocab(self._model))
         self._vocab = C.llama_model_get_vocab(self._model)
         template = lib.llama_model_chat_template(self._model, None)
@@ -244,7 +249,7 @@ class Engine:
                 self._finish(job)
             elif not job.pending and job.last >= 0:
                 rows.append((job, job.last, True))
-        budget = PROMPT_CHUNK
+        budget = PROMPT_BESIDE if rows else PROMPT_CHUNK
         for job in self._active.values():
             if job.pending and budget > 0:
                 take, job.pending = job.pending[:budget], job.pending[budget:]
@@ -255,6 +260,8 @@ class Engine:
             for job in [j for j in self._active.values() if not j.pending and j.last < 0]:
                 self._finish(job)  # a prompt read with nothing to write (a read-ahead)
             return
+        now = time.monotonic()
+        self._use_threads(self.threads if sum(now - t < SHARED_S for t in self._used) <= 1 else 1)
         b = self._batch
         b.n_tokens = len(rows)
         for i, (job, token, logits) in enumerate(rows):
@@ -279,6 +286,18 @@ class Engine:
                     self._write(job, i)
                 except Exception as exc:  # (its grammar allowed nothing): this request fails, not the others
                     self._finish(job, f"llama.cpp failed: {exc}")
+
+    def _use_threads(self, n: int) -> None:
+        """All of them while one conversation is talking; one thread while several are
+        (requests in more than one slot within :data:`SHARED_S`): their recognisers and voices
+        want the cores too, and two threads that wait for each other at every layer lost more
+        than they won. Held out, the same hour: four conversations asking at once, first
+        audio 1.43 / 2.73 s (p95 2.98) with two threads, 1.06 / 1.72 s (1.84) with one; one
+        conversation 0.64 / 0.76 s with two, 0.80 / 0.97 s with one (docs/benchmarks-history.md,
+        2026-12-06)."""
+        if n != self._threads_now:
+            self._lib.llama_set_n_threads(self._ctx, n, n)
+            self._threads_now = n
 
     def _write(self, job: _Job, row: int) -> None:
         """Sample the job's next token from row ``row``'s logits and stream it."""

@@ -22,6 +22,7 @@ def api() -> tuple[Any, Any]:
         ("llama_grammar_accept_token", [p, p, i32], None),
         ("llama_grammar_free", [p], None),
         ("llama_free", [p], None),
+        ("llama_set_n_threads", [p, ctypes.c_uint32, ctypes.c_uint32], None),
         ("llama_init_from_model", [p, C.llama_context_params], p),
         ("llama_model_chat_template", [p, ctypes.c_char_p], ctypes.c_char_p),
         ("llama_chat_apply_template", [ctypes.c_char_p, p, ctypes.c_size_t, ctypes.c_bool, p, i32], i32),
