@@ -69,14 +69,10 @@ def call_grammar(tools: tuple[Tool, ...], choice: ToolChoice) -> str:
     name = forced_name(choice)
     names = [name] if name is not None else [str(t["name"]) for t in tools]
     g = Grammar()
-    calls = [
-        g.rule(
-            f"call{i}",
-            f"{literal(json.dumps({'name': n})[:-1] + ', ' + chr(34) + 'arguments' + chr(34) + ': ')} "
-            f'{g.schema(parameters(tools, n), f"args{i}")} "}}"',
-        )
-        for i, n in enumerate(names)
-    ]
+    calls = []
+    for i, n in enumerate(names):
+        opening = literal('{"name": ' + json.dumps(n) + ', "arguments": ')
+        calls.append(g.rule(f"call{i}", f'{opening} {g.schema(parameters(tools, n), f"args{i}")} "}}"'))
     return g.text(" | ".join(calls))
 
 
