@@ -123,6 +123,16 @@ async def test_the_deadline_or_a_second_signal_cuts_the_reply_and_says_why(make_
     assert (close.code, close.reason) == (1001, CUT_REASON) and told(events)
 
 
+async def test_a_signal_after_the_drain_has_ended_changes_nothing(make_server):
+    # A process manager's second SIGTERM often lands after an idle server's drain is over:
+    # it raised in the signal handler ("Cannot change state of finished Timeout").
+    server = await make_server()
+    server.begin_drain("signal")
+    await asyncio.wait_for(server.drain(), 30)
+    server.begin_drain("again")
+    assert server.draining.active
+
+
 async def test_the_drain_endpoint_takes_the_key_or_this_machine_never_a_page(make_server):
     open_server = await make_server()
     status, _ = await asyncio.to_thread(post, open_server.port, DRAIN_PATH, Origin="http://evil.example")

@@ -72,7 +72,8 @@ class Drain:
         if self.state is not None:
             self.state = replace(self.state, deadline=min(now, self.state.deadline))
             if self._scope is not None:
-                self._scope.reschedule(now)
+                with contextlib.suppress(RuntimeError):  # its scope has ended: nothing is left to hurry
+                    self._scope.reschedule(now)
             return False
         self.state = Draining(why, now, now + self.timeout_s)
         self.begun.set()
