@@ -22,7 +22,14 @@ from duplex.pipeline.backends import Backends
 from duplex.pipeline.state import StateHandle, StateMismatch
 from duplex.pipeline.talker import SpeechRequest
 from lab.servers import serving
-from tests.util import WEATHER_TOOL, ask_for_a_long_answer, asked_while_listening, need
+from tests.util import (
+    LONG_ANSWER_TOKENS,
+    WEATHER_TOOL,
+    ask_for_a_long_answer,
+    asked_while_listening,
+    assert_spoken_while_thinking,
+    need,
+)
 
 HAVE_VLLM = all(importlib.util.find_spec(m) is not None for m in ("vllm", "snac", "torch"))
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -223,11 +230,10 @@ async def tserver(backend, espeak_runtime, vad_model, recognizer):
 
 async def test_thinker_reply_audio_starts_before_the_model_finishes(tserver):
     srv, thinker = tserver
-    thinker.max_tokens = 300
+    thinker.max_tokens = LONG_ANSWER_TOKENS
     c, done = await ask_for_a_long_answer(srv.port)
     assert done["status"] == "completed"
-    timings = done["timings"]
-    assert timings["first_audio"] < timings["thinker_done"], timings
+    assert_spoken_while_thinking(srv, done)
     said = done["output"][0]["content"][0]["transcript"]
     streamed = "".join(e["delta"] for e in c.events if e["type"] == "response.output_audio_transcript.delta")
     assert said == streamed and len(said) > 40, "the model's words, streamed as the audio went out"

@@ -103,6 +103,12 @@ def need(ok: bool, reason: str, *, extra: str | None = None) -> None:
     pytest.skip(reason)
 
 
+LONG_ANSWER_TOKENS = 1500
+"""A thinker's long answer: seconds of writing even where the tiny model is fast (at 300
+tokens CI's endpoint finished in 1.1 s, and its first audio came 2 ms after the last
+token once)."""
+
+
 async def ask_for_a_long_answer(port: int) -> tuple[RealtimeClient, dict[str, Any]]:
     """Ask a thinker-backed server a question (pacing off) and wait for the whole reply:
     the open client (its events kept) and the ``response.done`` response."""
@@ -111,6 +117,14 @@ async def ask_for_a_long_answer(port: int) -> tuple[RealtimeClient, dict[str, An
     await c.say("what is the weather like")
     await c.send("response.create")
     return c, (await c.until("response.done"))["response"]
+
+
+def assert_spoken_while_thinking(srv: Any, done: dict[str, Any]) -> None:
+    """The reply's first audio went out before its thinker had finished (the failure
+    says every timing, what the session waited for its loop share, and what was said)."""
+    timings, said = done["timings"], done["output"][0]["content"][0]["transcript"]
+    why = f"{timings}; the session waited {srv.loop_share.waited:.3f} s for its share; said {said[:80]!r}"
+    assert timings["first_audio"] < timings["thinker_done"], why
 
 
 async def asked_while_listening(port: int, text: str) -> SimulatedClient:
