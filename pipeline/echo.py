@@ -344,7 +344,7 @@ class Framed:
         if not self._always and self._quiet > self._tail:  # nothing played lately: nothing to cancel
             if not self.lag:
                 return near
-            line = np.concatenate([self._ready, self._near, near])  # through the delay line as it is
+            line: np.ndarray = np.concatenate([self._ready, self._near, near])  # through the delay line as it is
             self._ready, self._near, self._far = line[n:], self._near[:0], self._far[:0]
             return line[:n]
         nears = np.concatenate([self._near, near])
@@ -352,7 +352,7 @@ class Framed:
         whole = nears.size - nears.size % self.frame
         cleaned = [self._step(nears[i : i + self.frame], fars[i : i + self.frame]) for i in range(0, whole, self.frame)]
         self._near, self._far = nears[whole:], fars[whole:]
-        ready = np.concatenate([self._ready, *cleaned])
+        ready: np.ndarray = np.concatenate([self._ready, *cleaned])  # (typed: some numpy stubs say Any)
         if ready.size < n:  # a piece ended inside a frame: fall behind by what is missing
             ready = np.concatenate([np.zeros(n - ready.size, np.int16), ready])
         self._ready = ready[n:]

@@ -52,7 +52,8 @@ class Command:
 
 async def _say(talker: HibariTalker, text: str, voice: str, n: int) -> np.ndarray:
     parts = [c.audio.data async for c in talker.speak(SpeechRequest(f"command-{n}", text, voice=voice))]
-    return np.concatenate(parts).astype(np.int16)
+    said: np.ndarray = np.concatenate(parts).astype(np.int16)  # (typed: some numpy stubs say Any)
+    return said
 
 
 async def _command(talker: HibariTalker, phrase: str, voice: str, split: str, n: int) -> Command:
