@@ -110,6 +110,8 @@ class Tally:
     babble_ended: list[bool] = field(default_factory=list)
     knock_cancels: list[bool] = field(default_factory=list)
     """Coughs and clicks over a reply (``--listening``) that cancelled it."""
+    knock_ducked: list[float] = field(default_factory=list)
+    """...and how long each kept it ducked (s)."""
     stale_bytes: int = 0
     """Audio the client received that cannot belong to its reply (must stay 0)."""
     alone_cut: list[bool] = field(default_factory=list)
@@ -258,6 +260,7 @@ async def over_reply(url: str, td: str, pcm: np.ndarray, t: Tally, *, kind: str)
         t.bc_ducked.append(ducked)
     elif kind == "knock":
         t.knock_cancels.append(cancelled)
+        t.knock_ducked.append(ducked)
     else:
         t.noise_cancels.append(cancelled)
         t.noise_ducked.append(ducked)
@@ -511,6 +514,8 @@ def report_listening(results: dict[str, Tally], onsets: list[float], vad_cpu: fl
     print(f"| VAD CPU per session | {vad_cpu * 100:.2f} % of a core | | real time = 100 % |")
     for name, t in results.items():
         print(f"| {name}: coughs and clicks that cancelled the reply | {rate(t.knock_cancels)} | | must be 0 |")
+        ducked = " ".join(f"{s:.2f}" for s in t.knock_ducked)
+        print(f"| {name}: how long each cough and click kept it ducked, s | {ducked} | | |")
         print(f"| {name}: stale audio bytes over the run | {t.stale_bytes} | | must be 0 |")
 
 

@@ -193,6 +193,39 @@ def test_a_fricative_start_well_above_the_quiet_is_the_onset_though_it_is_louder
     assert started.onset == 11 * WINDOW, "a sound within 20 dB of the quiet stays the quiet's"
 
 
+def test_over_a_reply_a_fricative_rising_out_of_the_quiet_ducks_it_before_voice_activity_is_sure():
+    # "Switch" as above, over a reply: the vowel's first window (0.97, -47 dBFS) is under the
+    # level speech over a reply must start at, so speech is decided a window later at -21 dBFS;
+    # the "s" rose 35 dB out of the quiet three windows before that and ducked the reply then.
+    probs = [0.0] * 8 + [0.12, 0.25, 0.44, 0.97] + [0.99] * 40 + [0.0] * 40
+    pcm = [3] * 8 + [184, 413, 368, 146] + [3000] * 80
+    out = at_levels(probs, pcm, replying=True)
+    kinds = [type(s) for s in out]
+    assert kinds[:3] == [Duck, Started, Duck] and out[0] == Duck(8 * WINDOW), "ducked at the rise"
+    assert Resume not in kinds[: kinds.index(Started)], "the rise's duck holds until speech is decided"
+    assert out[2] == Duck(8 * WINDOW) and Interrupt in kinds, "then judged as any speech over a reply"
+    assert [type(s) for s in at_levels(probs, pcm, replying=False)][:1] == [Started], "no reply: nothing to duck"
+
+
+def test_a_rise_that_is_no_speech_ducks_the_reply_only_until_it_has_had_its_chance():
+    probs = [0.0] * 10 + [0.2] + [0.0] * 30
+    pcm = [3] * 10 + [3000] + [3] * 30  # a knock: loud, a little speech-like, no speech after it
+    out = at_levels(probs, pcm, replying=True)
+    assert out == [Duck(10 * WINDOW), Resume()]
+    ears = Listener(Script(probs), RATE, TD, floor_dbfs=float("-inf"))
+    assert at_levels(probs, pcm[:19], replying=True, ears=ears) == [Duck(10 * WINDOW)], "288 ms after the rise"
+    assert at_levels(probs, [3], replying=True, ears=ears) == [Resume()], "back at RISE_MS (300 ms), not before"
+    # A steady sound coming in (a fan, a bed of music): one dip, then it is the background.
+    steady = at_levels([0.0] * 10 + [0.2] * 60, [3] * 10 + [3000] * 60, replying=True)
+    assert steady == [Duck(10 * WINDOW), Resume()]
+    # Not a rise: too unlike speech, too quiet against the user (-57 dBFS), or no quiet heard before it.
+    assert at_levels([0.0] * 10 + [0.05] + [0.0] * 30, pcm, replying=True) == []
+    assert at_levels(probs, [3] * 10 + [45] + [3] * 30, replying=True) == []
+    soft = at_levels([0.0] * 10 + [0.2, 0.2] + [0.0] * 30, [3] * 10 + [45, 3000] + [3] * 30, replying=True)
+    assert soft == [Duck(11 * WINDOW), Resume()], "a rise too quiet to duck leaves the louder one after it its chance"
+    assert at_levels([0.0] * 4 + [0.2] + [0.0] * 30, [3] * 4 + [3000] + [3] * 30, replying=True) == []
+
+
 def test_the_onset_moves_back_no_further_than_its_cap():
     probs = [0.0] * 5 + [0.06, 0.07, 0.08, 0.09, 0.1, 0.11, 0.12, 0.13, 0.14, 0.15] + [0.9] * 20 + [0.0] * 40
     pcm = [0] * 5 + [100 * (i + 1) for i in range(10)] + [3000] * 60

@@ -86,13 +86,15 @@ def test_a_reply_ends_from_every_running_phase_and_nothing_leaves_an_end():
         assert MOVES.allows(phase, E.CUT), f"a reply playing out can be cut from {phase.name}"
 
 
-def test_barge_in_starts_only_from_idle_and_judges_only_what_it_is_judging():
+def test_barge_in_starts_only_from_idle_or_a_rise_and_judges_only_what_it_is_judging():
+    fresh = {BargeState.IDLE, BargeState.ROSE}
     for state in BargeState:
         assert BARGE_MOVES.allows(state, BargeEvent.ENDED)
         judged = BARGE_MOVES.allows(state, BargeEvent.WORDS)
         assert judged is (state in JUDGED)
         started = BARGE_MOVES.allows(state, BargeEvent.OVER_REPLY)
-        assert started is (state is BargeState.IDLE), "a new speech only once the last has ended"
+        assert started is (state in fresh), "a new speech only once the last has ended (or from its rise)"
+        assert BARGE_MOVES.allows(state, BargeEvent.RISING) is (state is BargeState.IDLE), "a rise only in quiet"
 
 
 def test_the_listener_sees_each_pause_once_and_speech_begins_only_in_quiet():

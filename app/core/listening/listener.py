@@ -174,6 +174,10 @@ class Listener:
                     out += self._start(w.start, replying, began=self.trace.began(w))
                     self.levels.speech(w.level)
                 else:
+                    if replying and self.trace.rises(w) and self.levels.rise_allowed(w.level, w.end):
+                        self.trace.took()
+                        out += self.barge_in.rose(w.start, replying)
+                    out += self.barge_in.quiet(w.end)  # (a reply ducked for a rise that came to nothing)
                     self.trace.quiet(w)
             elif w.probability >= self.td.threshold - HYSTERESIS and not self._background(w.end, w.level):
                 was = self._move(HearingEvent.SPEECH)
@@ -367,7 +371,7 @@ class Listener:
         """End the speech in progress here without a turn: its ``Stopped``, and a reply
         ducked for it resumes."""
         if not self.in_speech:
-            return []
+            return [Resume()] if self.barge_in.abandon() else []  # (a rising sound's duck)
         self._move(HearingEvent.ENDED)
         resume = [Resume()] if self.barge_in.abandon() else []
         return [Stopped(self.vad.samples, self._speech_end), *resume]

@@ -15,6 +15,9 @@ level's rise, onsets in 10 dB babble moved ~150 ms too early). A fricative start
 so a window :data:`LIFT_DB` above the quiet before it counts as rising too (held out,
 over a reply, the onset's p90 in quiet went 57 -> 20 ms).
 
+The same quiet tells a sound that rises out of it, before Silero is sure of speech
+(:meth:`OnsetTrace.rises`): over a reply, that ducks it a window or more sooner.
+
 Only the watermark moves: whether the speech is a turn, a backchannel or noise is
 still judged from the decided onset, so no decision changes, and the recogniser hears
 the audio it heard before (the prefix padding counts from the decided onset).
@@ -38,12 +41,20 @@ speech's, even if louder than the one after it. Fitted on the tuning part: 15-30
 alike; under 15 the walk went into a 20 dB babble bed running before the words."""
 
 
+RISING = 0.1
+"""A window must be at least this likely speech to rise out of the quiet: the tune part's
+music bed, coming in at -30, -40 or -50 dBFS, rose at all three with 0.05 and at one with 0.1."""
+QUIET_WINDOWS = 8
+"""Windows of quiet heard before a rise out of it can be told (256 ms)."""
+
+
 class OnsetTrace:
     """The quiet windows before speech, to find where a decided onset began."""
 
     def __init__(self, rate: int) -> None:
         self._back = ms_to_samples(BACK_MS, rate)
         self._quiet: deque[VadWindow] = deque(maxlen=16)
+        self._armed = True  # a rise is taken once, until the quiet comes back
 
     def quiet(self, w: VadWindow) -> None:
         """A window heard while no speech is in progress that did not start any."""
@@ -52,11 +63,28 @@ class OnsetTrace:
     def forget(self) -> None:
         """Speech started or ended: the windows before it are no onset's any more."""
         self._quiet.clear()
+        self._armed = True
 
     def floor(self) -> float:
         """The quiet's level: a quarter of the way up the windows held, quietest first (dBFS)."""
         levels = sorted(q.level for q in self._quiet)
         return levels[len(levels) // 4] if levels else 0.0
+
+    def rises(self, w: VadWindow) -> bool:
+        """Whether window ``w`` (no speech decided) rises :data:`LIFT_DB` out of the quiet
+        before it and sounds a little like speech. A rise taken (:meth:`took`) is taken
+        once, until the level comes back down to the quiet: a sound that goes on becomes
+        the quiet, and rises no more."""
+        floor = self.floor()
+        if w.level < floor + LIFT_DB / 2:
+            self._armed = True
+        if not self._armed or len(self._quiet) < QUIET_WINDOWS:
+            return False
+        return w.probability >= RISING and w.level >= floor + LIFT_DB
+
+    def took(self) -> None:
+        """The rise :meth:`rises` saw ducked a reply."""
+        self._armed = False
 
     def began(self, w: VadWindow) -> int:
         """Speech was decided at window ``w``: the input sample where it began."""
