@@ -1,10 +1,11 @@
 """The chat model's engine alone, nothing else running: how fast it writes one stream and
-four at once, at one thread and at two, and how long a prompt takes to read cold.
+four at once, on one lane at one thread and at two, and on two lanes of one thread each,
+and how long a prompt takes to read cold.
 
 This is the machine's own ceiling for the conversation benchmarks: four conversations
-at once cannot get their first clause sooner than its tokens take at four streams a
-step (one thread while several conversations talk: ``SHARED_S`` in the engine). The
-thread count is held fixed for each row. ``OMP_WAIT_POLICY`` and ``GOMP_SPINCOUNT`` in
+at once cannot get their first clause sooner than its tokens take at four streams (two
+lanes of one thread each while several conversations talk: ``SHARED_S`` in the lane).
+The thread count is held fixed for each row. ``OMP_WAIT_POLICY`` and ``GOMP_SPINCOUNT`` in
 the environment reach the engine's OpenMP threads (how long they spin at each barrier).
 
     python scripts/bench_engine.py [--model PATH.gguf] [--repeat 3] [--tokens 48]
@@ -16,7 +17,7 @@ import argparse
 import threading
 from typing import Any
 
-import duplex.pipeline.thinkers.engine as engine_module
+import duplex.pipeline.thinkers.lane as lane_module
 from duplex.pipeline.thinkers.chat_models import DEFAULT_MODEL, ProgressBar, resolve
 from duplex.pipeline.thinkers.engine import Engine
 from lab.tables import header, spread
@@ -48,10 +49,14 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=48)
     args = ap.parse_args()
     path = resolve(args.model, None, ProgressBar(f"joining {args.model}"))
-    engine_module.SHARED_S = 0.0  # the thread count each row names, however many slots ask
-    print(header("threads", "streams", "ms a token, each stream (median / p95)", "prompt read cold, one stream (ms)"))
-    for threads in (2, 1):
-        engine = Engine(str(path), slots=4, context=1024, threads=threads)
+    lane_module.SHARED_S = 0.0  # the thread count each row names, however many slots ask
+    print(
+        header(
+            "lanes x threads", "streams", "ms a token, each stream (median / p95)", "prompt read cold, one stream (ms)"
+        )
+    )
+    for lanes, threads in ((1, 2), (1, 1), (2, 1)):
+        engine = Engine(str(path), slots=4, context=1024, threads=threads, lanes=lanes)
         try:
             run(engine, 1, 4, 100)  # warm
             for streams in (1, 4):
@@ -63,7 +68,7 @@ def main() -> None:
                             prompt.append(t["prompt_ms"])
                             n = t["prompt_n"]
                 cold = f"{spread(prompt)} ({n} tokens)" if prompt else "-"
-                print(f"| {threads} | {streams} | {spread(per_token, digits=1)} | {cold} |")
+                print(f"| {lanes} x {threads} | {streams} | {spread(per_token, digits=1)} | {cold} |")
         finally:
             engine.close()
 

@@ -170,6 +170,14 @@ def model():
     asyncio.run(thinker.aclose())
 
 
+def nobody_for_a_while(thinker: LocalChatThinker) -> None:
+    """As if no conversation had asked for longer than SHARED_S (called once every call into
+    the model has returned: a reply closed after its test's loop ended is not marked ended)."""
+    thinker._server.used[:] = [0.0] * thinker.slots
+    thinker._slots._used[:] = [-math.inf] * thinker.slots
+    thinker._slots._running.clear()
+
+
 async def answer(thinker: LocalChatThinker, messages, conversation="c", **kw) -> list[str | ToolCallDelta]:
     return [p async for p in thinker.think(ThinkRequest("resp_t", tuple(messages), conversation=conversation, **kw))]
 
@@ -251,6 +259,20 @@ def test_conversations_keep_their_slots_and_the_least_recent_gives_way():
     assert slots.answering == 0
 
 
+def test_a_new_conversation_takes_an_idle_slot_in_the_lane_with_the_cores_to_spare():
+    clock = [0.0]
+    slots = Slots(4, lanes=2, clock=lambda: clock[0])  # slots 0 and 2 in the first lane (every thread)
+    # Four conversations starting together (nothing answering yet): none takes another's slot.
+    assert [slots.of(c) for c in "abcd"] == [0, 2, 1, 3]
+    clock[0] = 10.0  # all of them idle
+    assert slots.of("e") == 0  # nobody talking: the first lane (a's slot, its least recently used)
+    slots.started(0, "e")
+    clock[0] = 20.0
+    assert slots.of("f") == 1  # e is answering in the first lane: the other (c's)
+    assert slots.of("b") == 2  # kept its own
+    assert slots.of("c") == 3  # 0 answering, 1 and 2 just used: the idle one (d's)
+
+
 async def test_beyond_its_slots_a_reply_waits_and_says_so(model):
     await model.idle()
     long = {"max_tokens": 60}
@@ -311,7 +333,7 @@ async def test_a_request_it_cannot_serve_fails_alone_and_the_model_serves_on(mod
 
 def test_another_models_template_is_llama_cpps_with_calls_and_results_as_chatml_words_them():
     engine = object.__new__(Engine)  # the template needs llama.cpp's renderer, not a model
-    engine._C, engine._lib = api()
+    _, engine._lib = api()
     engine._template = b'{{ "<start_of_turn>" }}'  # a Gemma template, as llama.cpp detects one
     call = {"function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}
     msgs = [user("Weather?"), {"role": "assistant", "content": "", "tool_calls": [call]}]
@@ -339,9 +361,44 @@ def test_sampling_keeps_llama_cpps_defaults_and_the_first_tokens_alternatives_ar
 async def test_one_conversation_gets_every_thread_and_several_share_one(model):
     engine = model._server
     await model.idle()
-    engine._used[:] = [0.0] * engine.slots  # nobody has asked for a long while
+    assert len(engine.lanes) == model.threads == 2  # a lane a thread: slot 0 in the first, slot 1 in the second
+    nobody_for_a_while(model)
     await answer(model, [user("Say hi.")], conversation="alone", options={"max_tokens": 2})
-    assert engine._threads_now == model.threads == 2
+    assert model._slots.of("alone") % 2 == 0  # the first lane: the one with every thread
+    assert engine.lanes[0].threads_now == model.threads == 2
     await answer(model, [user("Say hello.")], conversation="another", options={"max_tokens": 2})
     assert model._slots.of("another") != model._slots.of("alone")  # (the other slot: "alone" was used last)
-    assert engine._threads_now == 1  # two conversations within SHARED_S: the cores are shared
+    assert engine.lanes[model._slots.of("another") % 2].threads_now == 1  # two conversations within SHARED_S
+
+
+async def test_two_conversations_are_written_at_once_on_two_lanes(model):
+    engine = model._server
+    await model.idle()
+    nobody_for_a_while(model)
+    long = {"max_tokens": 40}
+    streams = [
+        model.think(ThinkRequest(f"resp_{c}", (user("Count slowly from one to forty."),), long, conversation=c))
+        for c in ("lane-a", "lane-b")
+    ]
+    for stream in streams:
+        assert await anext(stream)  # both are writing now
+    assert [lane.running for lane in engine.lanes] == [1, 1]  # one in each context, neither waits for the other
+    for stream in streams:
+        await stream.aclose()
+    await model.idle()
+    assert "llamacpp:requests_processing 0.0" in engine.handle_metrics()
+
+
+async def test_a_stream_whose_reader_is_gone_still_ends_and_the_model_serves_on(model):
+    engine = model._server
+
+    def gone(chunk: dict) -> bool:
+        if chunk["choices"][0].get("finish_reason"):
+            raise RuntimeError("Event loop is closed")  # what call_soon_threadsafe raises once a test's loop ended
+        return False
+
+    body = {**model.body(ThinkRequest("r", (user("Say hi."),)), 0), "stream": True, "max_tokens": 3}
+    result = await asyncio.wait_for(asyncio.to_thread(engine.handle_chat_completions, body, gone), 120)
+    assert "error" not in result and result["timings"]["predicted_n"] >= 1
+    said = "".join(map(str, await answer(model, [user("What is the capital of Italy?")], conversation="later")))
+    assert "rome" in said.lower()

@@ -38,7 +38,7 @@ from duplex.pipeline.thinkers.calls import (
     written_call,
 )
 from duplex.pipeline.thinkers.chat_models import DEFAULT_MODEL, ProgressBar, cache_dir, resolve
-from duplex.pipeline.thinkers.engine import Engine
+from duplex.pipeline.thinkers.engine import Engine, lane_count
 from duplex.pipeline.thinkers.said import Speakable
 from duplex.pipeline.thinkers.slots import Slots, fit_context
 from duplex.pipeline.tools import ToolCallDelta, calls_allowed
@@ -105,7 +105,7 @@ class LocalChatThinker:
         self._server: Any = None
         """The :class:`Engine` (a test may stand in for it)."""
         self._pool = ThreadPoolExecutor(max_workers=2 * slots, thread_name_prefix="llama")
-        self._slots = Slots(slots)
+        self._slots = Slots(slots, lane_count(threads, slots))
         self._running: dict[str, tuple[threading.Event, asyncio.Future[Any]]] = {}
         """Conversation -> its request in flight: how to stop it, and its end."""
         self._inflight: set[tuple[threading.Event, Future[Any]]] = set()

@@ -3,38 +3,64 @@ conversation fits a slot's context.
 
 A slot keeps the prompt it last read in its cache, so a conversation that keeps its
 slot reads only what is new at each turn. Conversations own slots while there are
-enough; a new one takes a slot nobody owns, else the least recently used one (whose
-prefix, the same system prompt for every session of an application, it reuses).
+enough; a new one takes a slot nobody has used for a few seconds, a free one before
+the least recently used (whose prefix, the same system prompt for every session of an
+application, it reuses), in the lane that has the cores to spare.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import time
 from collections import OrderedDict
+from collections.abc import Callable
 
 from duplex.pipeline.thinker import Message
+from duplex.pipeline.thinkers.lane import SHARED_S
 
 
 class Slots:
-    """Conversation -> slot, least recently used first; and what each slot is running."""
+    """Conversation -> slot, least recently used first; and what each slot is running.
+    Slot ``s`` is decoded in lane ``s % lanes`` (:mod:`~duplex.pipeline.thinkers.engine`),
+    and only the first lane has every thread: a new conversation takes a slot nobody has
+    used for :data:`~duplex.pipeline.thinkers.lane.SHARED_S`, in the lane with the fewest
+    replies running (the first lane on a tie), so a conversation talking alone gets every
+    thread and conversations talking at once are written on both cores."""
 
-    def __init__(self, count: int) -> None:
-        self.count = count
+    def __init__(self, count: int, lanes: int = 1, clock: Callable[[], float] = time.monotonic) -> None:
+        self.count, self.lanes, self._clock = count, lanes, clock
         self._owners: OrderedDict[str, int] = OrderedDict()
         self._running: dict[int, str] = {}
+        self._used = [-math.inf] * count
 
     def of(self, conversation: str) -> int | None:
         """The conversation's slot (taking one over if it has none); None for nobody's."""
         if not conversation:
             return None
+        now = self._clock()
         if conversation in self._owners:
             self._owners.move_to_end(conversation)
-            return self._owners[conversation]
-        taken = set(self._owners.values())
-        free = [s for s in range(self.count) if s not in taken]
-        slot = free[0] if free else self._owners.popitem(last=False)[1]
-        self._owners[conversation] = slot
+            slot = self._owners[conversation]
+        else:
+            slot = self._choose(now)
+            for owner, s in list(self._owners.items()):
+                if s == slot:
+                    del self._owners[owner]
+            self._owners[conversation] = slot
+        self._used[slot] = now
         return slot
+
+    def _choose(self, now: float) -> int:
+        active = {s for s in range(self.count) if s in self._running or now - self._used[s] < SHARED_S}
+        busy = [0] * self.lanes
+        for s in self._running:
+            busy[s % self.lanes] += 1
+        taken = set(self._owners.values())
+        order = [s for s in range(self.count) if s not in taken] + list(self._owners.values())  # free, then LRU
+        # Not running (its reply would wait), not in use (its conversation's cache kept), in
+        # the lane with the fewest replies running, the first lane on a tie.
+        return min(order, key=lambda s: (s in self._running, s in active, busy[s % self.lanes], s % self.lanes))
 
     def busy_for(self, slot: int | None, conversation: str) -> bool:
         """Whether ``slot`` is running another conversation's request (this one must wait)."""
