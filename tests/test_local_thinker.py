@@ -170,6 +170,19 @@ def model():
     asyncio.run(thinker.aclose())
 
 
+async def counting(thinker: LocalChatThinker, conversations: tuple[str, ...]) -> list:
+    """A long reply in each of ``conversations``, each past its first piece."""
+    streams = [
+        thinker.think(
+            ThinkRequest(f"resp_{c}", (user("Count slowly from one to fifty."),), {"max_tokens": 60}, conversation=c)
+        )
+        for c in conversations
+    ]
+    for stream in streams:
+        assert await anext(stream)
+    return streams
+
+
 def nobody_for_a_while(thinker: LocalChatThinker) -> None:
     """As if no conversation had asked for longer than SHARED_S (called once every call into
     the model has returned: a reply closed after its test's loop ended is not marked ended)."""
@@ -275,13 +288,7 @@ def test_a_new_conversation_takes_an_idle_slot_in_the_lane_with_the_cores_to_spa
 
 async def test_beyond_its_slots_a_reply_waits_and_says_so(model):
     await model.idle()
-    long = {"max_tokens": 60}
-    talking = [
-        model.think(ThinkRequest(f"resp_{c}", (user("Count slowly from one to fifty."),), long, conversation=c))
-        for c in ("x", "y")
-    ]
-    for stream in talking:
-        assert await anext(stream)  # both slots are answering
+    talking = await counting(model, ("x", "y"))  # both slots are answering
     third = model.think(ThinkRequest("resp_z", (user("Say hello."),), {"max_tokens": 3}, conversation="z"))
     assert await anext(third) == WAITING
     for stream in [*talking, third]:
@@ -375,13 +382,7 @@ async def test_two_conversations_are_written_at_once_on_two_lanes(model):
     engine = model._server
     await model.idle()
     nobody_for_a_while(model)
-    long = {"max_tokens": 40}
-    streams = [
-        model.think(ThinkRequest(f"resp_{c}", (user("Count slowly from one to forty."),), long, conversation=c))
-        for c in ("lane-a", "lane-b")
-    ]
-    for stream in streams:
-        assert await anext(stream)  # both are writing now
+    streams = await counting(model, ("lane-a", "lane-b"))  # both are writing now
     assert [lane.running for lane in engine.lanes] == [1, 1]  # one in each context, neither waits for the other
     for stream in streams:
         await stream.aclose()
