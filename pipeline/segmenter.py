@@ -28,14 +28,18 @@ MARGIN_S = 0.5
 """Once what is queued to play would run out within this, the words written so far go at
 once, whether or not their clause is complete (a long clause after the first words ran
 a reply dry for half a second)."""
-AHEAD = 1.3
+AHEAD = 1.0
 """How many times faster than the voice the model must write for its first words to go
 alone: the rest of the clause is then written while those words play (and what is
 written goes anyway before the voice would run out: ``MARGIN_S``). At 2.0 the first words
 of four conversations answered at once (~5 words a second each) waited for their
 clause; at 1.3 their first audio came 0.5-0.7 s sooner at the median, no reply ran dry,
-and one conversation alone (~10 words a second) is unchanged; 1.0 was no faster
-(scripts/bench_conversation.py --parallel 4, docs/benchmarks.md)."""
+and one conversation alone (~10 words a second) is unchanged. 1.0 was no faster then;
+on the 2-core Xeon, where four at once write ~3.5-4 words a second each (a number's
+digits a token each), 1.3 held "There are 16 ounces in a pound." for its clause, 1.6 s
+after its first token, and 1.0 cut the four-at-once first audio p95 2.03 -> 1.69 s on the
+tune part, 2.06-2.21 -> 1.81 s held out, no reply dry (scripts/bench_conversation.py
+--parallel 4, docs/benchmarks.md)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,7 @@
 """The chat model's engine alone, nothing else running: how fast it writes one stream and
 four at once, on one lane at one thread and at two, and on two lanes of one thread each,
-and how long a prompt takes to read cold.
+how long a prompt takes to read cold, and how soon a reply starting beside a long one
+already speaking in its lane writes its first words (``AHEAD_S`` in the lane).
 
 This is the machine's own ceiling for the conversation benchmarks: four conversations
 at once cannot get their first clause sooner than its tokens take at four streams (two
@@ -15,11 +16,13 @@ from __future__ import annotations
 
 import argparse
 import threading
+import time
 from typing import Any
 
 import duplex.pipeline.thinkers.lane as lane_module
 from duplex.pipeline.thinkers.chat_models import DEFAULT_MODEL, ProgressBar, resolve
 from duplex.pipeline.thinkers.engine import Engine
+from lab.stats import pct
 from lab.tables import header, spread
 
 PROMPT = "Write a long story about dragon number {}."
@@ -40,6 +43,40 @@ def run(engine: Engine, streams: int, tokens: int, offset: int) -> list[dict[str
     for w in workers:
         w.join()
     return timings
+
+
+def beside(engine: Engine, ahead_s: float, tokens: int) -> tuple[float, float, float]:
+    """A long reply in slot 0, then, once its words are well ahead of a voice, a reply in
+    slot 1 of the same lane: seconds to the new one's first token and to its ``STARTING``-th,
+    and the long one's longest wait between two tokens meanwhile."""
+    lane_module.AHEAD_S = ahead_s
+    marks: dict[str, list[float]] = {"long": [], "new": []}
+    going = threading.Event()
+
+    def ask(slot: int, who: str, n: int, prompt: str) -> None:
+        def on_chunk(chunk: dict[str, Any]) -> bool:
+            if chunk["choices"][0]["delta"].get("content") is not None:
+                marks[who].append(time.monotonic())
+                if who == "long" and len(marks[who]) == tokens:
+                    going.set()
+            return False
+
+        body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": n, "id_slot": slot, "stream": True}
+        engine.handle_chat_completions({**body, "temperature": 0.0, "cache_prompt": False}, on_chunk)
+        going.set()
+
+    long = threading.Thread(target=ask, args=(0, "long", 4 * tokens, "Count slowly from one to two hundred."))
+    long.start()
+    going.wait()
+    if len(marks["long"]) < tokens:
+        raise RuntimeError("the long reply ended before it was well ahead")
+    asked = time.monotonic()
+    ask(1, "new", lane_module.STARTING, "How many legs does a spider have? Answer in one long sentence.")
+    long.join()
+    new = marks["new"]
+    during = [t for t in marks["long"] if asked <= t <= new[-1]]
+    gaps = [b - a for a, b in zip([asked, *during], [*during, new[-1]], strict=True)]
+    return new[0] - asked, new[-1] - asked, max(gaps)
 
 
 def main() -> None:
@@ -71,6 +108,19 @@ def main() -> None:
                 print(f"| {lanes} x {threads} | {streams} | {spread(per_token, digits=1)} | {cold} |")
         finally:
             engine.close()
+    print()
+    first = f"first {lane_module.STARTING} tokens"
+    print(header("a reply starting", "first token (median / p95 s)", first, "the long reply's longest wait"))
+    engine = Engine(str(path), slots=2, context=1024, threads=1, lanes=1)
+    try:
+        rule = lane_module.AHEAD_S
+        for name, ahead in ((f"go first (AHEAD_S {rule:g} s)", rule), ("share every step", float("inf"))):
+            runs = [beside(engine, ahead, args.tokens) for _ in range(args.repeat)]
+            first, words, wait = ([r[i] for r in runs] for i in range(3))
+            print(f"| {name} | {spread(first)} | {spread(words)} | max {pct(wait, 1.0):.2f} s |")
+        lane_module.AHEAD_S = rule
+    finally:
+        engine.close()
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ import asyncio
 import json
 import math
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ from duplex.pipeline.thinkers.calls import CallReader, call_grammar, call_probab
 from duplex.pipeline.thinkers.chatml import render
 from duplex.pipeline.thinkers.engine import Engine
 from duplex.pipeline.thinkers.gbnf import Grammar
+from duplex.pipeline.thinkers.lane import STARTING
 from duplex.pipeline.thinkers.llama_api import api
 from duplex.pipeline.thinkers.local import SPEECH_PROMPT, WAITING, LocalChatThinker
 from duplex.pipeline.thinkers.said import Speakable
@@ -217,7 +219,7 @@ async def test_reading_ahead_leaves_only_the_last_words_to_read(model):
     assert model.last_timings["prompt_n"] <= 4
 
 
-async def test_a_reply_that_says_nothing_is_asked_again_without_the_cache(model, monkeypatch):
+async def test_a_reply_that_says_nothing_is_asked_again_not_to_end_at_once(model, monkeypatch):
     real, bodies = model._server, []
 
     class FirstEmpty:
@@ -233,7 +235,30 @@ async def test_a_reply_that_says_nothing_is_asked_again_without_the_cache(model,
     monkeypatch.setattr(model, "_server", FirstEmpty())
     said = "".join(map(str, await answer(model, [user("What is the capital of Italy?")], conversation="empty")))
     assert "rome" in said.lower()
-    assert [b["cache_prompt"] for b in bodies] == [True, False]
+    assert [b.get("min_tokens", 0) for b in bodies] == [0, 1] and all(b["cache_prompt"] for b in bodies)
+
+
+async def test_a_request_may_not_end_before_its_first_tokens(model):
+    engine = model._server
+    body = {"messages": [user("Say nothing. Reply with an empty message.")], "max_tokens": 4, "temperature": 0}
+    empty = await asyncio.to_thread(engine.handle_chat_completions, body)
+    assert empty["timings"]["predicted_n"] == 0  # the model's own answer: nothing
+    said = await asyncio.to_thread(engine.handle_chat_completions, {**body, "min_tokens": 1})
+    assert said["timings"]["predicted_n"] >= 1 and said["choices"][0]["message"]["content"]
+
+
+async def test_a_reply_a_newer_one_stopped_before_its_first_word_is_not_asked_again(model):
+    await model.idle()
+    long = user("Read this and say what it is about. " + "The quick brown fox jumps over the lazy dog. " * 60)
+    prepared = model.think(ThinkRequest("prepared", (long,), conversation="superseded"))
+    first = asyncio.ensure_future(anext(prepared))
+    while "superseded" not in model._running:  # its request is with the model (its long prompt takes seconds)
+        await asyncio.sleep(0.01)
+    said = "".join(map(str, await answer(model, [user("What is the capital of Italy?")], conversation="superseded")))
+    assert "rome" in said.lower()
+    with pytest.raises(StopAsyncIteration):  # it ends saying nothing: asked again, it would wipe the slot's cache
+        await first
+    assert "superseded" not in model._running and not model._halted
 
 
 async def test_a_named_tool_is_called_with_valid_arguments(model):
@@ -403,3 +428,80 @@ async def test_a_stream_whose_reader_is_gone_still_ends_and_the_model_serves_on(
     assert "error" not in result and result["timings"]["predicted_n"] >= 1
     said = "".join(map(str, await answer(model, [user("What is the capital of Italy?")], conversation="later")))
     assert "rome" in said.lower()
+
+
+@pytest.mark.parametrize("ahead", [True, False], ids=["ahead of its voice", "not ahead"])
+async def test_a_reply_well_ahead_of_its_voice_sits_out_while_another_in_its_lane_starts(model, ahead):
+    engine = Engine(str(model.path), slots=2, context=512, threads=model.threads, lanes=1)  # both slots in one lane
+    t0 = time.monotonic()
+    # Frozen, the clock says the first reply's words are ahead of its voice as soon as they are
+    # written; racing, that its voice has long said them.
+    engine._m.clock = (lambda: t0) if ahead else (lambda: t0 + (time.monotonic() - t0) * 1000)
+    log: list[str] = []
+    a_writing, a_again = threading.Event(), threading.Event()
+
+    def recorder(who: str):
+        def on_chunk(chunk: dict) -> bool:
+            if chunk["choices"][0]["delta"].get("content") is not None:
+                log.append(who)  # (both requests are written by the lane's one thread: the log is its order)
+                if log.count("a") == STARTING + 4:
+                    a_writing.set()
+                if who == "a" and log.count("b") == STARTING + 2:
+                    a_again.set()
+            return False
+
+        return on_chunk
+
+    def body(slot: int, tokens: int) -> dict:
+        return {
+            "messages": [user("Count slowly from one to fifty.")],
+            "id_slot": slot,
+            "stream": True,
+            "max_tokens": tokens,
+            "temperature": 0,
+        }
+
+    stop_a = threading.Event()
+    try:
+        write_a = engine.handle_chat_completions
+        a = asyncio.ensure_future(asyncio.to_thread(write_a, body(0, 300), recorder("a"), stop_a))
+        assert await asyncio.to_thread(a_writing.wait, 120)
+        b = await asyncio.wait_for(
+            asyncio.to_thread(engine.handle_chat_completions, body(1, STARTING + 2), recorder("b")), 120
+        )
+        assert "error" not in b and b["timings"]["predicted_n"] == STARTING + 2
+        assert await asyncio.to_thread(a_again.wait, 120)  # the first reply goes on once the other has begun
+        stop_a.set()
+        assert "error" not in await asyncio.wait_for(a, 120)
+    finally:
+        stop_a.set()
+        await asyncio.to_thread(engine.close)
+    first_b = log.index("b")
+    starting = log[first_b : [i for i, who in enumerate(log) if who == "b"][STARTING - 1]]
+    if ahead:
+        assert "a" not in starting  # every step was the starting reply's alone
+    else:
+        assert starting.count("a") >= STARTING - 2  # a token of each in every step: neither waits
+
+
+async def test_a_prompt_starts_from_another_slots_cache_in_its_lane_or_another(model):
+    engine = Engine(str(model.path), slots=3, context=1024, threads=model.threads, lanes=2)  # slots 0, 2 | 1
+    system = "You answer in a few plain words. " * 40
+
+    def ask(slot: int, prompt: str = system) -> tuple[int, str]:
+        messages = [{"role": "system", "content": prompt}, user("What is the capital of Italy?")]
+        out = engine.handle_chat_completions({"messages": messages, "id_slot": slot, "max_tokens": 8, "temperature": 0})
+        return out["timings"]["prompt_n"], out["choices"][0]["message"]["content"]
+
+    try:
+        read, cold = await asyncio.to_thread(ask, 0)
+        assert read > 300 and "rome" in cold.lower()
+        assert await asyncio.to_thread(ask, 1) == (1, cold)  # copied from the other lane: only the last token read
+        assert await asyncio.to_thread(ask, 2) == (1, cold)  # shared within the lane
+        assert [lane.borrowed for lane in engine.lanes] == [read, read]
+        await asyncio.to_thread(ask, 1, "You are terse. " * 40)  # slot 1 now holds another prompt
+        with engine.lanes[0]._lock:  # the lane that holds it is mid-step for longer than a copy waits
+            again, said = await asyncio.to_thread(ask, 1)
+        assert again > read - 10 and said == cold  # read, not copied
+    finally:
+        await asyncio.to_thread(engine.close)

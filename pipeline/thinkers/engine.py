@@ -4,9 +4,11 @@ The weights are loaded once; the conversations' *slots* are spread over *lanes*
 (:mod:`~duplex.pipeline.thinkers.lane`), each a context of its own with its own worker
 thread, so two lanes decode at once on two cores without waiting for each other. Slot
 ``s`` is in lane ``s % lanes`` (which slot a conversation gets:
-:class:`~duplex.pipeline.thinkers.slots.Slots`). Requests and streamed chunks are
-llama.cpp server's OpenAI-style shapes (``handle_chat_completions``), so the thinker
-reads them as it read llama.cpp's own server.
+:class:`~duplex.pipeline.thinkers.slots.Slots`). A request whose prompt begins as another
+slot's cache does (the system prompt and tools every session of an application shares)
+starts from a copy of those cells, from whichever lane holds them. Requests and streamed
+chunks are llama.cpp server's OpenAI-style shapes (``handle_chat_completions``, and
+vLLM's ``min_tokens``), so the thinker reads them as it read llama.cpp's own server.
 
 Why ik_llama.cpp and not llama.cpp's own server (``xllamacpp``, the engine before): on
 this project's 2-core AVX2 CPUs its kernels, the weights repacked at load, read a prompt
@@ -23,7 +25,8 @@ import threading
 from typing import Any
 
 from duplex.pipeline.thinkers.chatml import render
-from duplex.pipeline.thinkers.lane import Job, Lane, OnChunk, Shared, timings
+from duplex.pipeline.thinkers.job import Job, OnChunk, timings
+from duplex.pipeline.thinkers.lane import Lane, Shared
 from duplex.pipeline.thinkers.llama_api import QUIET, api, apply_template
 from duplex.pipeline.thinkers.sampling import MIN_P, TOP_K, TOP_P
 
@@ -59,6 +62,7 @@ class Engine:
         try:
             for i in range(n):
                 self.lanes.append(Lane(self._m, i, list(range(i, slots, n)), context))
+            self._m.lanes_made[:] = self.lanes
         except Exception:
             self.close()
             raise
@@ -92,6 +96,7 @@ class Engine:
             grammar=body.get("grammar"),
             on_chunk=on_chunk if body.get("stream") else None,
             stop=stop or threading.Event(),
+            min_tokens=int(body.get("min_tokens", 0) or 0),
         )
         if not body.get("cache_prompt", True) and job.slot is not None:
             job.cache_n = -1  # read afresh

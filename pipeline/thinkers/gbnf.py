@@ -3,13 +3,19 @@
 Enough of JSON Schema for function tools' parameters: objects (the required properties
 in their order, then the others each optional, in theirs), strings, numbers, integers,
 booleans, null, arrays, ``enum``, ``const``, ``anyOf``/``oneOf`` and lists of types;
-anything else is any JSON value.
+anything else is any JSON value. And what a grammar allows next, judged by llama.cpp.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 from typing import Any
+
+import numpy as np
+
+GRAMMAR_FIRST = 256
+"""Candidates a grammar judges before the whole vocabulary (~150 k tokens: slow to judge each step)."""
 
 BASE = r"""
 value ::= object | array | string | number | boolean | null
@@ -89,3 +95,22 @@ class Grammar:
 def _safe(key: str) -> str:
     """A rule-name part for a property name (letters, digits and dashes only)."""
     return "".join(c if c.isalnum() else "-" for c in key) or "p"
+
+
+def allowed(C: Any, lib: Any, ctx: Any, grammar: Any, logits: np.ndarray) -> np.ndarray:
+    """``logits`` with the tokens llama.cpp's ``grammar`` sampler forbids next at -inf:
+    the likeliest :data:`GRAMMAR_FIRST` are judged first, the whole vocabulary only if
+    none of them may follow."""
+    first = np.argpartition(-logits, GRAMMAR_FIRST)[:GRAMMAR_FIRST]
+    for ids in (first, np.arange(logits.size)):
+        data = np.zeros(ids.size, dtype=[("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])
+        data["id"], data["logit"] = ids, logits[ids]
+        arr = C.llama_token_data_array(data.ctypes.data_as(ctypes.POINTER(C.llama_token_data)), ids.size, -1, False)
+        lib.llama_grammar_sample(grammar, ctx, ctypes.byref(arr))
+        kept = data[: int(arr.size)]
+        kept = kept[np.isfinite(kept["logit"])]
+        if kept.size:
+            out = np.full(logits.size, -np.inf, np.float32)
+            out[kept["id"]] = kept["logit"]
+            return out
+    raise RuntimeError("the grammar allows no token")

@@ -5,7 +5,8 @@ Each *slot* is a sequence of the lane's cache and remembers the tokens it holds,
 request evaluates only what differs from the slot's last prompt (a conversation's prefix
 stays read between turns). Every step decodes one batch: a token for each slot that is
 writing, and the prompts still being read (at most :data:`PROMPT_CHUNK` of them a step,
-so replies already speaking keep their pace).
+so replies already speaking keep their pace). A reply whose text is well ahead of its
+voice sits out the steps while another in its lane is starting (:data:`AHEAD_S`).
 
 Why lanes: on two cores, four conversations at once wrote a token each in ~183 ms on one
 context at one thread, ~138 ms on each of two contexts at one thread each (two threads on
@@ -16,7 +17,6 @@ slots over its lanes.
 
 from __future__ import annotations
 
-import codecs
 import ctypes
 import threading
 import time
@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from duplex.pipeline.thinkers.gbnf import allowed
+from duplex.pipeline.thinkers.job import Chunk, Copied, Job, common_prefix, timings
 from duplex.pipeline.thinkers.sampling import logprobs, sample
 
 PROMPT_CHUNK = 128
@@ -34,42 +36,23 @@ PROMPT_BESIDE = 32
 """...and while one is: a step's time is a pause in every reply being written."""
 SHARED_S = 4.0
 """Requests in more than one slot within this: several conversations share the cores."""
+BORROW = 16
+"""A request starts from another slot's cache when that holds this many more of its
+prompt's first tokens than its own slot does (a copy takes milliseconds; reading 300
+tokens of a system prompt and tools took 5-8 s at one thread beside other replies)."""
+BORROW_WAIT_S = 0.3
+"""How long a lane waits for another lane's step to end to copy from its cache (else it
+reads the prompt itself: its own replies wait meanwhile)."""
+STARTING = 12
+"""A reply is *starting* while its prompt is read and until it has written this many
+tokens (its first words go to the voice alone only if they come fast, else its first clause)."""
+AHEAD_S = 1.0
+"""A reply whose words, at the voice's pace, would last this much longer than it has
+been writing sits out the steps of its lane while another reply there is starting: a step
+costs more the more it writes (one to four writers, 115-183 ms a step at one thread), and
+the one starting is what a user waits for. Its voice cannot have begun before its first
+token, so the margin is at least this."""
 BATCH = 512
-GRAMMAR_FIRST = 256
-"""Candidates a grammar judges before the whole vocabulary (~150 k tokens: slow to judge each step)."""
-
-Chunk = dict[str, Any]
-OnChunk = Callable[[Chunk], bool]
-"""Called with each streamed chunk (on the engine's thread); True stops the request."""
-
-
-@dataclass
-class Job:
-    """One request: its prompt, how to write, and where it stands."""
-
-    slot: int | None
-    tokens: list[int]
-    max_tokens: int
-    temperature: float
-    sampling: tuple[int, float, float]
-    """top_k, top_p, min_p."""
-    top_logprobs: int
-    grammar: str | None
-    on_chunk: OnChunk | None
-    stop: threading.Event
-    done: threading.Event = field(default_factory=threading.Event)
-    pending: list[int] = field(default_factory=list)
-    """Prompt tokens still to read."""
-    written: int = 0
-    text: list[str] = field(default_factory=list)
-    cache_n: int = 0
-    began: float = 0.0
-    prompt_ms: float = 0.0
-    error: str | None = None
-    last: int = -1
-    """The token written last (decoded in the next step)."""
-    grammar_state: Any = None
-    decoder: Any = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace"))
 
 
 @dataclass
@@ -85,6 +68,9 @@ class Shared:
     threads: int
     lanes: int
     used: list[float]
+    clock: Callable[[], float] = time.monotonic
+    lanes_made: list[Lane] = field(default_factory=list)
+    """The lanes, once made (a new conversation's prompt may start as another slot's does)."""
 
 
 class Lane:
@@ -94,7 +80,8 @@ class Lane:
     def __init__(self, m: Shared, index: int, slots: list[int], context: int) -> None:
         self.m, self.index, self.slots = m, index, slots
         cp = m.C.llama_context_default_params()
-        cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.n_seq_max = context * len(slots), BATCH, BATCH, len(slots)
+        # (one sequence more than the slots: a prefix is copied out of it)
+        cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.n_seq_max = context * len(slots), BATCH, BATCH, len(slots) + 1
         cp.n_threads = cp.n_threads_batch = self._threads_now = self._most()
         cp.flash_attn = False  # ik's flash attention asserts on long prompts without AVX-VNNI
         self._ctx = m.lib.llama_init_from_model(m.model, cp)
@@ -105,9 +92,13 @@ class Lane:
         self._active: dict[int, Job] = {}
         self._queue: list[Job] = []
         self._wake = threading.Condition()
+        self._lock = threading.Lock()
+        """Held while the context is used: another lane copies from it between steps."""
         self._closed = False
         self._rng = np.random.default_rng()
         self.counters = {"prompt_tokens_total": 0.0, "tokens_predicted_total": 0.0}
+        self.borrowed = 0
+        """Prompt tokens that were not read but copied from another slot's cache."""
         self._thread = threading.Thread(target=self._run, name=f"llama-lane-{index}", daemon=True)
         self._thread.start()
 
@@ -141,8 +132,10 @@ class Lane:
             self._closed = True
             self._wake.notify()
         self._thread.join()
-        self.m.C.llama_batch_free(self._batch)
-        self.m.lib.llama_free(self._ctx)
+        with self._lock:
+            self.m.C.llama_batch_free(self._batch)
+            self.m.lib.llama_free(self._ctx)
+            self._ctx = None
 
     # -- the worker ------------------------------------------------------------
 
@@ -163,14 +156,19 @@ class Lane:
                     self._wake.wait()
                 if self._closed:
                     return
-                for job in self._startable():
+                starting = self._startable()
+                for job in starting:
                     self._queue.remove(job)
-                    try:
-                        self._start(job)
-                    except Exception as exc:  # this request fails, not the engine
-                        self._finish(job, f"llama.cpp failed: {exc}")
+            for job in starting:
+                try:
+                    copied = self._borrow(job)  # (holding no lock of its own: two lanes may borrow at once)
+                    with self._lock:
+                        self._start(job, copied)
+                except Exception as exc:  # this request fails, not the engine
+                    self._finish(job, f"llama.cpp failed: {exc}")
             try:
-                self._step()
+                with self._lock:
+                    self._step()
             except Exception as exc:  # a failed decode fails what was in it, not the engine
                 for job in list(self._active.values()):
                     self._finish(job, f"llama.cpp failed: {exc}")
@@ -188,32 +186,98 @@ class Lane:
                 out.append(job)
         return out
 
-    def _start(self, job: Job) -> None:
+    def _start(self, job: Job, copied: Copied | None) -> None:
         assert job.slot is not None
+        if copied is not None:
+            self._adopt(job.slot, copied)
         cached = self._cached[job.slot]
-        keep = 0 if job.cache_n < 0 else _common(cached, job.tokens)
+        keep = 0 if job.cache_n < 0 else common_prefix(cached, job.tokens)
         if keep == len(job.tokens) and job.max_tokens > 0:
             keep -= 1  # the last token is read again for its logits
         self.m.lib.llama_kv_cache_seq_rm(self._ctx, job.slot, keep, -1)
         del cached[keep:]
-        job.cache_n, job.pending, job.began = keep, job.tokens[keep:], time.monotonic()
+        job.cache_n, job.pending, job.began = keep, job.tokens[keep:], self.m.clock()
         if job.grammar:
             job.grammar_state = self.m.lib.llama_sampler_init_grammar(self.m.vocab, job.grammar.encode(), b"root")
             if not job.grammar_state:
                 self._finish(job, "the grammar does not parse")
                 return
         self._active[job.slot] = job
-        self.m.used[self.slots[job.slot]] = time.monotonic()
+        self.m.used[self.slots[job.slot]] = job.began
+
+    # -- a prompt's start from another slot's cache ------------------------------
+
+    def _borrow(self, job: Job) -> Copied | None:
+        """The longest start of the job's prompt that another slot's cache holds, if it is
+        :data:`BORROW` tokens more than its own slot's: a sequence of this lane (shared, not
+        copied), or another lane's KV cells copied out between its steps."""
+        if job.slot is None or job.cache_n < 0:
+            return None
+        own = common_prefix(self._cached[job.slot], job.tokens)
+        best: tuple[Lane, int, int] | None = None
+        for lane in self.m.lanes_made:
+            for seq, cached in enumerate(lane._cached):
+                if lane is self and seq == job.slot:
+                    continue
+                n = common_prefix(list(cached), job.tokens)  # (another lane's list: a copy, read between its appends)
+                if n >= own + BORROW and (best is None or n > best[2]):
+                    best = (lane, seq, n)
+        if best is None:
+            return None
+        lane, seq, n = best
+        if lane is self:
+            return Copied(job.tokens[:n], seq=seq)
+        return lane._export(seq, job.tokens)
+
+    def _export(self, seq: int, tokens: list[int]) -> Copied | None:
+        """(Called from another lane's thread.) The KV cells of the start ``tokens`` shares
+        with sequence ``seq``, copied out once this lane's step ends; None if it does not
+        end within :data:`BORROW_WAIT_S`."""
+        if not self._lock.acquire(timeout=BORROW_WAIT_S):
+            return None
+        try:
+            n = common_prefix(self._cached[seq], tokens)
+            if self._ctx is None or n < BORROW:
+                return None
+            lib, scratch = self.m.lib, len(self.slots)
+            lib.llama_kv_cache_seq_rm(self._ctx, scratch, 0, -1)
+            lib.llama_kv_cache_seq_cp(self._ctx, seq, scratch, 0, n)  # (the cells are shared, not copied)
+            size = lib.llama_state_seq_get_size(self._ctx, scratch, 0)
+            data = (ctypes.c_uint8 * size)()
+            got = lib.llama_state_seq_get_data(self._ctx, data, size, scratch, 0)
+            lib.llama_kv_cache_seq_rm(self._ctx, scratch, 0, -1)
+            return Copied(tokens[:n], data=data, size=got) if got else None
+        finally:
+            self._lock.release()
+
+    def _adopt(self, slot: int, copied: Copied) -> None:
+        """Put ``copied`` in ``slot``'s sequence in place of what it held."""
+        lib = self.m.lib
+        lib.llama_kv_cache_seq_rm(self._ctx, slot, 0, -1)
+        self._cached[slot] = []
+        if copied.seq is not None:
+            n = common_prefix(self._cached[copied.seq], copied.tokens)
+            lib.llama_kv_cache_seq_cp(self._ctx, copied.seq, slot, 0, n)
+        else:
+            # (cells for all of it in one run, else nothing: the prompt is then read)
+            n = len(copied.tokens) if lib.llama_state_seq_set_data(self._ctx, copied.data, copied.size, slot, 0) else 0
+        self._cached[slot] = copied.tokens[:n]
+        self.borrowed += n
 
     def _step(self) -> None:
         """One decode: a token for each writer, then prompt tokens up to the chunk."""
         rows: list[tuple[Job, int, bool]] = []  # (job, token, wants logits)
+        now = self.m.clock()
+        starting = any(_starting(job) for job in self._active.values())
+        writers = 0
         for job in list(self._active.values()):
             if job.stop.is_set():
                 self._finish(job)
             elif not job.pending and job.last >= 0:
-                rows.append((job, job.last, True))
-        budget = PROMPT_BESIDE if rows else PROMPT_CHUNK
+                writers += 1
+                if not (starting and not _starting(job) and job.ahead_s(now) > AHEAD_S):
+                    rows.append((job, job.last, True))
+        budget = PROMPT_BESIDE if writers else PROMPT_CHUNK
         for job in self._active.values():
             if job.pending and budget > 0:
                 take, job.pending = job.pending[:budget], job.pending[budget:]
@@ -224,7 +288,6 @@ class Lane:
             for job in [j for j in self._active.values() if not j.pending and j.last < 0]:
                 self._finish(job)  # a prompt read with nothing to write (a read-ahead)
             return
-        now = time.monotonic()
         several = sum(now - t < SHARED_S for t in self.m.used) > 1
         self._use_threads(max(1, self.m.threads // max(self.m.lanes, 2)) if several else self._most())
         b = self._batch
@@ -273,14 +336,19 @@ class Lane:
     def _write(self, job: Job, row: int) -> None:
         """Sample the job's next token from row ``row``'s logits and stream it."""
         if job.last < 0:
-            job.prompt_ms = (time.monotonic() - job.began) * 1000
+            job.first_at = self.m.clock()
+            job.prompt_ms = (job.first_at - job.began) * 1000
             if job.max_tokens <= 0:
                 self._finish(job)
                 return
         logits = np.ctypeslib.as_array(self.m.C.llama_get_logits_ith(self._ctx, row), (self.m.n_vocab,)).copy()
         if job.grammar_state:
-            logits = self._constrain(job, logits)
-        token = sample(logits, 0.0 if job.grammar_state else job.temperature, job.sampling, self._rng)
+            logits = allowed(self.m.C, self.m.lib, self._ctx, job.grammar_state, logits)
+        temperature = 0.0 if job.grammar_state else job.temperature
+        token = sample(logits, temperature, job.sampling, self._rng)
+        while job.written < job.min_tokens and self.m.C.llama_token_is_eog(self.m.model, token):
+            logits[token] = -np.inf  # not the end yet: the likeliest other token
+            token = sample(logits, temperature, job.sampling, self._rng)
         chunk: Chunk = {}
         if job.top_logprobs and job.written == 0:
             chunk = {"logprobs": {"content": [logprobs(logits, token, job.top_logprobs, self._text)]}}
@@ -293,29 +361,11 @@ class Lane:
         self.counters["tokens_predicted_total"] += 1
         piece = job.decoder.decode(self._piece(token))
         job.text.append(piece)
+        job.words += job.written == 1 or piece[:1].isspace()
         if job.on_chunk is not None and job.on_chunk({"choices": [{"delta": {"content": piece}, **chunk}]}):
             job.stop.set()
         if job.written >= job.max_tokens:
             self._finish(job)  # (a forced call ends at its object's close: the grammar then allows only the end)
-
-    def _constrain(self, job: Job, logits: np.ndarray) -> np.ndarray:
-        """``logits`` with the tokens the grammar forbids at -inf: the likeliest
-        :data:`GRAMMAR_FIRST` are judged first, the whole vocabulary only if none of them may follow."""
-        first = np.argpartition(-logits, GRAMMAR_FIRST)[:GRAMMAR_FIRST]
-        for ids in (first, np.arange(self.m.n_vocab)):
-            data = np.zeros(ids.size, dtype=[("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])
-            data["id"], data["logit"] = ids, logits[ids]
-            arr = self.m.C.llama_token_data_array(
-                data.ctypes.data_as(ctypes.POINTER(self.m.C.llama_token_data)), ids.size, -1, False
-            )
-            self.m.lib.llama_grammar_sample(job.grammar_state, self._ctx, ctypes.byref(arr))
-            kept = data[: int(arr.size)]
-            kept = kept[np.isfinite(kept["logit"])]
-            if kept.size:
-                out = np.full(self.m.n_vocab, -np.inf, np.float32)
-                out[kept["id"]] = kept["logit"]
-                return out
-        raise RuntimeError("the grammar allows no token")
 
     def _piece(self, token: int) -> bytes:
         buf = ctypes.create_string_buffer(64)
@@ -327,6 +377,7 @@ class Lane:
 
     def _finish(self, job: Job, error: str | None = None) -> None:
         job.error = job.error or error
+        job.ended = job.ended or self.m.clock()
         if job.slot is not None and self._active.get(job.slot) is job:
             del self._active[job.slot]  # (a prompt left half read: the cache holds what was read)
         if job.grammar_state:
@@ -341,20 +392,5 @@ class Lane:
             job.done.set()  # (else the caller waits for ever: a test's thread hung at exit once)
 
 
-def _common(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    if a[:n] == b[:n]:
-        return n
-    diff = np.flatnonzero(np.asarray(a[:n]) != np.asarray(b[:n]))
-    return int(diff[0])
-
-
-def timings(job: Job) -> dict[str, Any]:
-    predicted_ms = (time.monotonic() - job.began) * 1000 - job.prompt_ms if job.began else 0.0
-    return {
-        "prompt_n": len(job.tokens) - max(job.cache_n, 0),
-        "cache_n": max(job.cache_n, 0),
-        "prompt_ms": round(job.prompt_ms, 1),
-        "predicted_n": job.written,
-        "predicted_ms": round(predicted_ms, 1),
-    }
+def _starting(job: Job) -> bool:
+    return bool(job.pending) or job.written < STARTING

@@ -17,6 +17,11 @@ def api() -> tuple[Any, Any]:
     p, i32 = ctypes.c_void_p, ctypes.c_int32
     for name, args, res in (
         ("llama_kv_cache_seq_rm", [p, i32, i32, i32], ctypes.c_bool),
+        ("llama_kv_cache_seq_cp", [p, i32, i32, i32, i32], None),
+        # (the last argument, flags, is newer than some builds: 0 either way)
+        ("llama_state_seq_get_size", [p, i32, i32], ctypes.c_size_t),
+        ("llama_state_seq_get_data", [p, p, ctypes.c_size_t, i32, i32], ctypes.c_size_t),
+        ("llama_state_seq_set_data", [p, p, ctypes.c_size_t, i32, i32], ctypes.c_size_t),
         ("llama_sampler_init_grammar", [p, ctypes.c_char_p, ctypes.c_char_p], p),
         ("llama_grammar_sample", [p, p, ctypes.POINTER(C.llama_token_data_array)], None),
         ("llama_grammar_accept_token", [p, p, i32], None),

@@ -110,6 +110,8 @@ class LocalChatThinker:
         """Conversation -> its request in flight: how to stop it, and its end."""
         self._inflight: set[tuple[threading.Event, Future[Any]]] = set()
         """Every call into llama.cpp not yet returned (closing waits for them)."""
+        self._halted: set[str] = set()
+        """Requests whose stream a newer request of their conversation (or the close) stopped."""
         self.last_timings: dict[str, Any] = {}
         """llama.cpp's own timings of the latest finished reply (prompt and generated tokens, ms)."""
 
@@ -180,16 +182,22 @@ class LocalChatThinker:
             log.info("%s waits for slot %s (%d answering)", request.request_id, slot, self._slots.answering)
             yield WAITING
         spoke = False
-        async for out in self._answer(request, body, key, began):
-            spoke = True
-            yield out
-        if not spoke:
-            # An empty reply (seen after a tool's result, at temperature 0, once a slot's
-            # cache had served other turns: llama.cpp's batch numerics): asked once more,
-            # the prompt read afresh.
-            log.warning("%s: the model said nothing; asking again without its cache", request.request_id)
-            async for out in self._answer(request, {**body, "cache_prompt": False}, key, began):
+        try:
+            async for out in self._answer(request, body, key, began):
+                spoke = True
                 yield out
+            if not spoke and request.request_id not in self._halted:
+                # An empty reply (seen after a tool's result, and on a prepared reply's words
+                # cut mid-question): asked once more, its end not allowed before a first token.
+                # The cache is kept: read afresh, a prompt with the tools took 6-7 s beside
+                # three other conversations. Not a reply a newer one stopped before its first
+                # word (a prepared reply its turn did not take): asked again, it read the whole
+                # conversation afresh while the turn's own reply waited behind it (5-10 s).
+                log.warning("%s: the model said nothing; asking again", request.request_id)
+                async for out in self._answer(request, {**body, "min_tokens": 1}, key, began):
+                    yield out
+        finally:
+            self._halted.discard(request.request_id)
 
     async def _answer(
         self, request: ThinkRequest, body: dict[str, Any], key: str, began: float
@@ -271,6 +279,8 @@ class LocalChatThinker:
                 if "timings" in chunk:
                     timings = self.last_timings = chunk["timings"]
                 yield chunk
+            if stop.is_set():
+                self._halted.add(request_id)
         finally:
             stop.set()  # llama.cpp stops at its next token; a cancel does not wait for it
             if key and self._running.get(key) is running:
