@@ -6,7 +6,9 @@ writes well ahead of the voice, the first piece is only its first few words (the
 voices make those alone anyway) and the next one ends at the clause boundary: the
 listener waits for three words, not a clause, and the clause is written while they
 play. A model that writes slower than that would run dry after so few words, so it
-waits for the clause.
+waits for the clause. How fast the model writes is judged by its tokens (a stream's
+pieces), not its words: a number's digits are a token each, so "There are 16" took
+five steps to its third word and looked slower than the model was.
 """
 
 from __future__ import annotations
@@ -28,6 +30,10 @@ MARGIN_S = 0.5
 """Once what is queued to play would run out within this, the words written so far go at
 once, whether or not their clause is complete (a long clause after the first words ran
 a reply dry for half a second)."""
+TOKENS_PER_WORD = 1.3
+"""Tokens a model writes for a spoken word, on the whole (a word, or part of one, with
+its leading space; punctuation; a digit each): the rest of a reply is mostly words, so a
+model's token rate over this is the word rate its voice can count on."""
 AHEAD = 1.0
 """How many times faster than the voice the model must write for its first words to go
 alone: the rest of the clause is then written while those words play (and what is
@@ -39,7 +45,7 @@ on the 2-core Xeon, where four at once write ~3.5-4 words a second each (a numbe
 digits a token each), 1.3 held "There are 16 ounces in a pound." for its clause, 1.6 s
 after its first token, and 1.0 cut the four-at-once first audio p95 2.03 -> 1.69 s on the
 tune part, 2.06-2.21 -> 1.81 s held out, no reply dry (scripts/bench_conversation.py
---parallel 4, docs/benchmarks.md)."""
+--parallel 4, docs/benchmarks.md). Since then the pace is the model's tokens (see the module)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +56,10 @@ class Segment:
     text: str
 
 
-_CLAUSE = re.compile(r"[,;:.!?](?=\s)|[.!?]$")
+_CLAUSE = re.compile(r"(?<!\d)[,;:]|[,;:.!?](?=\s)|(?<!\d)\.$|[!?]$")
+"""A clause's end: a comma (or ``;``, ``:``) after a word as soon as it is written (it
+cannot be a number's, as in "1,000", so its next token is not waited for); after a
+digit, only once a space follows; a full stop likewise ("about 6." may be "6.4")."""
 _SENTENCE = re.compile(r"[.!?;](?=\s)")
 _WORD_END = re.compile(r"\S(?=\s)")
 
@@ -63,7 +72,8 @@ class Segmenter:
     stays ahead; later ones at sentence ends (or a space before ``max_chars``), so the
     voice flows. While the first clause
     is still being written, its first ``first_words`` words go alone if the text came
-    at least ``ahead`` times as fast as the voice speaks (``feed``'s ``now`` says when);
+    at least ``ahead`` times as fast as the voice speaks (a delta a token, at
+    :data:`TOKENS_PER_WORD`; ``feed``'s ``now`` says when);
     the clause's rest is then the next segment. And whenever what has been cut would
     have been said (at the voice's pace) within ``MARGIN_S``, the words written so far
     go, clause or not. Linear in the text: each cut looks
@@ -84,6 +94,7 @@ class Segmenter:
         self._count = 0
         self._words_out = 0  # words in the segments cut so far
         self._began: float | None = None  # when the first text came
+        self._deltas = 0  # deltas since (a model streams a token each)
         self._queued_until: float | None = None  # when what has been cut will have been said
 
     def feed(self, delta: str, now: float = 0.0) -> list[Segment]:
@@ -94,6 +105,8 @@ class Segmenter:
             self._pos = 0
         if self._began is None and delta.strip():
             self._began = now
+        if self._began is not None and delta:
+            self._deltas += 1
         self._buffer += delta
         out = []
         while (cut := self._cut(now)) is not None:
@@ -138,8 +151,8 @@ class Segmenter:
         if len(ends) < self.first_words:
             return None
         elapsed = now - self._began
-        if elapsed > 0 and len(ends) / elapsed < self.ahead * VOICE_WORDS_PER_S:
-            return None
+        if elapsed > 0 and (self._deltas - 1) / elapsed < self.ahead * VOICE_WORDS_PER_S * TOKENS_PER_WORD:
+            return None  # (tokens written since the first, over the time they took)
         return ends[-1] + 1  # every complete word, and the space after the last
 
     def _take(self, cut: int, now: float | None = None) -> Segment:

@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 import duplex.pipeline.thinkers.lane as lane_module
+import duplex.pipeline.thinkers.schedule as schedule
 from duplex.pipeline.thinkers.chat_models import DEFAULT_MODEL, ProgressBar, resolve
 from duplex.pipeline.thinkers.engine import Engine
 from lab.stats import pct
@@ -49,7 +50,7 @@ def beside(engine: Engine, ahead_s: float, tokens: int) -> tuple[float, float, f
     """A long reply in slot 0, then, once its words are well ahead of a voice, a reply in
     slot 1 of the same lane: seconds to the new one's first token and to its ``STARTING``-th,
     and the long one's longest wait between two tokens meanwhile."""
-    lane_module.AHEAD_S = ahead_s
+    schedule.AHEAD_S = ahead_s
     marks: dict[str, list[float]] = {"long": [], "new": []}
     going = threading.Event()
 
@@ -71,7 +72,7 @@ def beside(engine: Engine, ahead_s: float, tokens: int) -> tuple[float, float, f
     if len(marks["long"]) < tokens:
         raise RuntimeError("the long reply ended before it was well ahead")
     asked = time.monotonic()
-    ask(1, "new", lane_module.STARTING, "How many legs does a spider have? Answer in one long sentence.")
+    ask(1, "new", schedule.STARTING, "How many legs does a spider have? Answer in one long sentence.")
     long.join()
     new = marks["new"]
     during = [t for t in marks["long"] if asked <= t <= new[-1]]
@@ -109,16 +110,16 @@ def main() -> None:
         finally:
             engine.close()
     print()
-    first = f"first {lane_module.STARTING} tokens"
+    first = f"first {schedule.STARTING} tokens"
     print(header("a reply starting", "first token (median / p95 s)", first, "the long reply's longest wait"))
     engine = Engine(str(path), slots=2, context=1024, threads=1, lanes=1)
     try:
-        rule = lane_module.AHEAD_S
+        rule = schedule.AHEAD_S
         for name, ahead in ((f"go first (AHEAD_S {rule:g} s)", rule), ("share every step", float("inf"))):
             runs = [beside(engine, ahead, args.tokens) for _ in range(args.repeat)]
             first, words, wait = ([r[i] for r in runs] for i in range(3))
             print(f"| {name} | {spread(first)} | {spread(words)} | max {pct(wait, 1.0):.2f} s |")
-        lane_module.AHEAD_S = rule
+        schedule.AHEAD_S = rule
     finally:
         engine.close()
 

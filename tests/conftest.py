@@ -65,6 +65,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "test_openai_voices",
         "test_recognition",
         "test_resampling",
+        "test_schedule",
         "test_segmenter",
         "test_stream",
         "test_talker_pool",

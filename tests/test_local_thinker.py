@@ -19,11 +19,11 @@ from duplex.pipeline.thinkers.calls import CallReader, call_grammar, call_probab
 from duplex.pipeline.thinkers.chatml import render
 from duplex.pipeline.thinkers.engine import Engine
 from duplex.pipeline.thinkers.gbnf import Grammar
-from duplex.pipeline.thinkers.lane import STARTING
 from duplex.pipeline.thinkers.llama_api import api
 from duplex.pipeline.thinkers.local import SPEECH_PROMPT, WAITING, LocalChatThinker
 from duplex.pipeline.thinkers.said import Speakable
 from duplex.pipeline.thinkers.sampling import MIN_P, TOP_K, TOP_P, logprobs, sample
+from duplex.pipeline.thinkers.schedule import STARTING
 from duplex.pipeline.thinkers.slots import CHARS_PER_TOKEN, CONTEXT_MARGIN, Slots, fit_context
 from duplex.pipeline.tools import ToolCallDelta
 from lab.questions import TOOLS

@@ -1,6 +1,6 @@
 """Cutting a reply's text into spoken pieces: the first words alone when the model is far
 ahead of the voice, the first clause when it is not, sentences after; driven on a clock
-given by the test."""
+given by the test, a streamed delta a token."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ import re
 
 import pytest
 
-from duplex.pipeline.segmenter import AHEAD, VOICE_WORDS_PER_S, Segment, Segmenter
+from duplex.pipeline.segmenter import AHEAD, TOKENS_PER_WORD, VOICE_WORDS_PER_S, Segment, Segmenter
 
 TEXT = "The capital of Japan is Tokyo, a city of fourteen million people. It is very large."
+NEEDED = AHEAD * VOICE_WORDS_PER_S * TOKENS_PER_WORD
+"""Tokens a second a model must write for its first words to go alone."""
 
 
 def tokens(text: str) -> list[str]:
@@ -18,10 +20,10 @@ def tokens(text: str) -> list[str]:
     return re.findall(r"\s*\S+", text)
 
 
-def cut(text: str, seconds_per_token: float, **kwargs: object) -> list[Segment]:
+def cut(text: str | list[str], seconds_per_token: float, **kwargs: object) -> list[Segment]:
     seg = Segmenter(**kwargs)  # type: ignore[arg-type]
     out: list[Segment] = []
-    for i, token in enumerate(tokens(text)):
+    for i, token in enumerate(tokens(text) if isinstance(text, str) else text):
         out += seg.feed(token, 10.0 + i * seconds_per_token)  # any origin
     return out + seg.finish()
 
@@ -32,7 +34,7 @@ def whole(segments: list[Segment], text: str) -> None:
 
 
 def test_a_model_far_ahead_of_the_voice_has_its_first_words_spoken_alone():
-    fast = 1 / (3 * AHEAD * VOICE_WORDS_PER_S)  # three times the pace needed
+    fast = 1 / (3 * NEEDED)  # three times the pace needed
     segments = cut(TEXT, fast)
     assert [s.text for s in segments] == [
         "The capital of ",
@@ -60,7 +62,7 @@ def test_clauses_until_twelve_words_are_out_then_sentences():
 
 
 def test_a_model_slower_than_that_waits_for_the_first_clause():
-    slow = 1 / (0.5 * AHEAD * VOICE_WORDS_PER_S)  # half the pace needed: three words would run dry
+    slow = 1 / (0.5 * NEEDED)  # half the pace needed: three words would run dry
     segments = cut(TEXT, slow)
     assert segments[0].text == "The capital of Japan is Tokyo,"
     whole(segments, TEXT)
@@ -100,7 +102,7 @@ def test_a_clause_shorter_than_three_words_goes_first_whatever_the_pace(pace: fl
 def test_a_clause_already_written_goes_whole_and_first_words_can_be_turned_off():
     seg = Segmenter()  # (the voices make its first words alone anyway)
     assert seg.feed(TEXT + " ")[0].text == "The capital of Japan is Tokyo,"
-    fast = 1 / (3 * AHEAD * VOICE_WORDS_PER_S)
+    fast = 1 / (3 * NEEDED)
     assert cut(TEXT, fast, first_words=0)[0].text == "The capital of Japan is Tokyo,"
 
 
@@ -109,3 +111,34 @@ def test_a_first_clause_past_its_bound_is_cut_at_a_space():
     segments = cut(text, 1.0)  # slow: no first words alone
     assert len(segments[0].text) <= 48 and segments[0].text.endswith(" ")
     whole(segments, text)
+
+
+POUND = ["There", " are", " ", "1", "6", " ounces", " in", " a", " pound", "."]
+"""As the shipped model writes it: a number's digits a token each, its space one too."""
+
+
+@pytest.mark.parametrize("pace", [1.2, 0.8], ids=["fast enough", "too slow"])
+def test_a_numbers_digits_count_as_the_tokens_they_are(pace: float):
+    # Five tokens to its third word: by words (three in the time of five tokens) the model
+    # looked slower than the voice at 1.2 times the pace its tokens need, and the first
+    # words waited for the whole sentence.
+    segments = cut(POUND, 1 / (pace * NEEDED))
+    first = "There are 16 " if pace > 1 else "There are 16 ounces in a pound."
+    assert segments[0].text == first
+    whole(segments, "".join(POUND))
+
+
+def test_a_comma_after_a_word_ends_the_clause_as_it_is_written_and_a_numbers_does_not():
+    seg = Segmenter()
+    assert seg.feed("Yes") == []
+    assert [s.text for s in seg.feed(",")] == ["Yes,"]  # not waiting for the next token
+    seg = Segmenter()
+    said = [s.text for t in ["It", " costs", " ", "1", ",", "0", "0", "0", " dollars", "."] for s in seg.feed(t)]
+    assert said[0] == "It costs 1,000 " and "".join(said) == "It costs 1,000 dollars."  # (its first words, at once)
+
+
+def test_a_decimal_point_is_not_taken_for_a_full_stop():
+    text = ["About", " ", "6", ".", "4", " million", " people", " live", " there", "."]
+    segments = cut(text, 1 / (0.5 * NEEDED))  # slow: the first clause goes whole
+    assert segments[0].text == "About 6.4 million people live there."
+    whole(segments, "".join(text))

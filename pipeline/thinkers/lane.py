@@ -4,9 +4,10 @@ weights, with a worker thread that decodes the slots given to it.
 Each *slot* is a sequence of the lane's cache and remembers the tokens it holds, so a
 request evaluates only what differs from the slot's last prompt (a conversation's prefix
 stays read between turns). Every step decodes one batch: a token for each slot that is
-writing, and the prompts still being read (at most :data:`PROMPT_CHUNK` of them a step,
-so replies already speaking keep their pace). A reply whose text is well ahead of its
-voice sits out the steps while another in its lane is starting (:data:`AHEAD_S`).
+writing, and the prompts still being read, as much of them as the step's plan allows
+(:mod:`~duplex.pipeline.thinkers.schedule`: replies already speaking keep their pace, a
+reply about to run dry writes before a prompt is read, a reply starting comes before one
+far ahead of its voice).
 
 Why lanes: on two cores, four conversations at once wrote a token each in ~183 ms on one
 context at one thread, ~138 ms on each of two contexts at one thread each (two threads on
@@ -29,11 +30,8 @@ import numpy as np
 from duplex.pipeline.thinkers.gbnf import allowed
 from duplex.pipeline.thinkers.job import Chunk, Copied, Job, common_prefix, timings
 from duplex.pipeline.thinkers.sampling import logprobs, sample
+from duplex.pipeline.thinkers.schedule import plan
 
-PROMPT_CHUNK = 128
-"""Prompt tokens read in one step while no reply is being written..."""
-PROMPT_BESIDE = 32
-"""...and while one is: a step's time is a pause in every reply being written."""
 SHARED_S = 4.0
 """Requests in more than one slot within this: several conversations share the cores."""
 BORROW = 16
@@ -43,15 +41,6 @@ tokens of a system prompt and tools took 5-8 s at one thread beside other replie
 BORROW_WAIT_S = 0.3
 """How long a lane waits for another lane's step to end to copy from its cache (else it
 reads the prompt itself: its own replies wait meanwhile)."""
-STARTING = 12
-"""A reply is *starting* while its prompt is read and until it has written this many
-tokens (its first words go to the voice alone only if they come fast, else its first clause)."""
-AHEAD_S = 1.0
-"""A reply whose words, at the voice's pace, would last this much longer than it has
-been writing sits out the steps of its lane while another reply there is starting: a step
-costs more the more it writes (one to four writers, 115-183 ms a step at one thread), and
-the one starting is what a user waits for. Its voice cannot have begun before its first
-token, so the margin is at least this."""
 BATCH = 512
 
 
@@ -265,19 +254,13 @@ class Lane:
         self.borrowed += n
 
     def _step(self) -> None:
-        """One decode: a token for each writer, then prompt tokens up to the chunk."""
-        rows: list[tuple[Job, int, bool]] = []  # (job, token, wants logits)
+        """One decode: a token for each writer, then prompt tokens up to the plan's budget."""
         now = self.m.clock()
-        starting = any(_starting(job) for job in self._active.values())
-        writers = 0
-        for job in list(self._active.values()):
-            if job.stop.is_set():
-                self._finish(job)
-            elif not job.pending and job.last >= 0:
-                writers += 1
-                if not (starting and not _starting(job) and job.ahead_s(now) > AHEAD_S):
-                    rows.append((job, job.last, True))
-        budget = PROMPT_BESIDE if writers else PROMPT_CHUNK
+        for job in [j for j in self._active.values() if j.stop.is_set()]:
+            self._finish(job)
+        step = plan(self._active.values(), now)
+        rows = [(job, job.last, True) for job in step.writers]  # (job, token, wants logits)
+        budget = step.budget
         for job in self._active.values():
             if job.pending and budget > 0:
                 take, job.pending = job.pending[:budget], job.pending[budget:]
@@ -390,7 +373,3 @@ class Lane:
             pass
         finally:
             job.done.set()  # (else the caller waits for ever: a test's thread hung at exit once)
-
-
-def _starting(job: Job) -> bool:
-    return bool(job.pending) or job.written < STARTING

@@ -1,0 +1,74 @@
+"""What one step of a lane serves: which replies write a token, and how many prompt tokens
+are read beside them. The rule alone (requests and a clock in, a plan out), apart from
+llama.cpp, so it can be read and tested on its own; :mod:`~duplex.pipeline.thinkers.lane`
+carries it out.
+
+A step's time is a pause in every reply it writes (one to four writers took 115-183 ms a
+step at one thread, and each prompt token read beside them ~20 ms more), so what a
+listener would hear first comes first: a reply about to run out of words before another
+request's prompt, a reply starting before one far ahead of its voice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from duplex.pipeline.thinkers.job import Job
+
+PROMPT_CHUNK = 128
+"""Prompt tokens read in one step while no reply is being written..."""
+PROMPT_BESIDE = 32
+"""...and while one is: a step's time is a pause in every reply being written."""
+STARTING = 12
+"""A reply is *starting* while its prompt is read and until it has written this many
+tokens (its first words go to the voice alone only if they come fast, else its first clause)."""
+AHEAD_S = 1.0
+"""A reply whose words, at the voice's pace, would last this much longer than it has
+been writing sits out the steps of its lane while another reply there is starting: a step
+costs more the more it writes, and the one starting is what a user waits for. Its voice
+cannot have begun before its first token, so the margin is at least this."""
+RUNNING_DRY_S = 0.4
+"""A reply whose words would be said within this of the time it has been writing is
+about to run dry: no prompt is read beside it until its next words are out. Four
+conversations at once, its first words spoken, a number after them ("Adults typically
+need 7-9 hours", "There are 366 days") written a digit a step, and a step that also
+read another turn's 14 prompt tokens (~450 ms): the voice ran out for 100-120 ms, in
+three of five held-out runs (scripts/bench_conversation.py --parallel 4)."""
+SPOKEN_AFTER = 4
+"""Tokens a reply writes before its voice can have begun (three words and the start of
+the next, at the least): before that it cannot run dry, only start late."""
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """One step: the replies that write a token in it, and the prompt tokens read beside them."""
+
+    writers: list[Job]
+    budget: int
+
+
+def plan(active: Iterable[Job], now: float) -> Plan:
+    """The step for a lane's ``active`` requests at ``now`` (the lane's clock)."""
+    jobs = list(active)
+    writing = [j for j in jobs if not j.pending and j.last >= 0]
+    anyone_starting = any(starting(j) for j in jobs)
+    writers = [j for j in writing if not (anyone_starting and not starting(j) and j.ahead_s(now) > AHEAD_S)]
+    if any(running_dry(j, now) for j in writers):
+        return Plan(writers, 0)
+    return Plan(writers, PROMPT_BESIDE if writing else PROMPT_CHUNK)
+
+
+def starting(job: Job) -> bool:
+    """Whether ``job`` is reading its prompt or writing its first :data:`STARTING` tokens."""
+    return bool(job.pending) or job.written < STARTING
+
+
+def running_dry(job: Job, now: float) -> bool:
+    """Whether ``job``'s voice may be about to run out of words (a call is not spoken).
+    Not once it is behind its voice: a model slower than its voice would otherwise hold
+    every other prompt back for good, and a step alone writes ~0.8 words in ~0.12 s, so
+    a reply that keeps up is out of the window within a step or two."""
+    if job.grammar is not None or job.written < SPOKEN_AFTER:
+        return False
+    return 0.0 < job.ahead_s(now) < RUNNING_DRY_S
