@@ -34,7 +34,9 @@ about to run dry: no prompt is read beside it until its next words are out. Four
 conversations at once, its first words spoken, a number after them ("Adults typically
 need 7-9 hours", "There are 366 days") written a digit a step, and a step that also
 read another turn's 14 prompt tokens (~450 ms): the voice ran out for 100-120 ms, in
-three of five held-out runs (scripts/bench_conversation.py --parallel 4)."""
+three of five held-out runs; with this rule for 20-60 ms in three of nine (20 ms in three
+of seven before the first words were judged by tokens; scripts/bench_conversation.py
+--parallel 4, docs/benchmarks-history.md, "2026-12-06 (the Xeon, evening)")."""
 SPOKEN_AFTER = 4
 """Tokens a reply writes before its voice can have begun (three words and the start of
 the next, at the least): before that it cannot run dry, only start late."""
