@@ -1,7 +1,7 @@
 """The chat model's engine alone, nothing else running: how fast it writes one stream and
 four at once, on one lane at one thread and at two, and on two lanes of one thread each,
 how long a prompt takes to read cold, and how soon a reply starting beside a long one
-already speaking in its lane writes its first words (``AHEAD_S`` in the lane).
+already speaking in its lane writes its first words (``AHEAD_S`` in ``thinkers/schedule.py``).
 
 This is the machine's own ceiling for the conversation benchmarks: four conversations
 at once cannot get their first clause sooner than its tokens take at four streams (two
