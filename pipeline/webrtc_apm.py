@@ -9,7 +9,9 @@ microphone, cleaned in place (``process_stream``). AEC3 finds the echo's delay i
 speech over it kept within 2-3 dB), so the far end is given as it played, with no
 delay hint. ~13-16 ms of CPU per second of audio per session, measured in process
 (``WebRtcCleaner.cpu_s`` over 10 s of reply at 16-48 kHz; the
-:class:`~duplex.pipeline.echo.NearEnd` judge ~1 ms of it).
+:class:`~duplex.pipeline.echo.NearEnd` judge ~1 ms of it). The frames that judge passes
+as the user's skip AEC3 and go through :class:`~duplex.pipeline.linear_echo.LinearEcho`
+instead (~20 ms more at 16 kHz while an echo is heard).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from duplex.pipeline.echo import Cleaner, EchoPresence, Framed, NearEnd
+from duplex.pipeline.linear_echo import LinearEcho
 
 
 class WebRtcCleaner:
@@ -35,6 +38,7 @@ class WebRtcCleaner:
         self._framed = Framed(rate, self._step, always=noise)
         self.presence = EchoPresence()
         self.near_end = NearEnd()
+        self.linear = LinearEcho(self._framed.frame)
 
     @property
     def lag(self) -> int:
@@ -56,10 +60,12 @@ class WebRtcCleaner:
         self._apm.process_stream(frame)
         if self.echo and not self.noise:
             user = self.near_end.add(near, far)
+            linear = self.linear.process(near, far, lag=self.near_end.delay.lag, user=user)
             if not self.presence.add(near, far, user=user):
                 return near  # no echo heard: nothing to take out (and AEC3 would take the user's speech)
             if user:
-                return near  # the user's voice, well above any echo: AEC3 would cut its start
+                return linear  # the user's voice, well above any echo: AEC3 would cut its start (the echo
+                # under it is taken out by the linear canceller, once it has learned the room)
         return np.frombuffer(frame.data, np.int16).copy()
 
 

@@ -84,6 +84,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "test_conversation",
         "test_duplex",
         "test_echo_canceller",
+        "test_linear_echo",
         "test_hearing_e2e",
         "test_realtime_features",
         "test_scenarios",
