@@ -192,6 +192,15 @@ DELAY_PROMINENCE = 10.0
 SPAN = (1, 4)
 """Frames before and after the echo's delay whose reply a frame's echo can hold: the room's
 reflections (the bench's four spread over 31 ms) and the frames' edges."""
+TAIL_DB = 10.0
+"""Beyond :data:`SPAN`, a room's reverberant tail still carries the reply: at least this far
+under it..."""
+DECAY_DB = 1.2
+"""...and this much less each frame later (a room dying away by 60 dB in half a second).
+In a room with a 300 ms diffuse tail (``app/clients/room.py``, ``HARSH``), the tail after
+the reply's words was taken for the user at -15 dB, and the reply alone ducked itself (6
+of 6, held out); a room with no tail needs the user only a little louder just after the
+reply's words."""
 
 
 class EchoDelay:
@@ -299,8 +308,12 @@ class NearEnd:
         if lag is None:
             return max(self._far)
         last = len(self._far) - max(0, lag - SPAN[0])
-        span = self._far[max(0, len(self._far) - 1 - lag - SPAN[1]) : last]
-        return max(span) if span else max(self._far)
+        first = max(0, len(self._far) - 1 - lag - SPAN[1])
+        span = self._far[first:last]
+        # Older frames, as a room's tail would still carry them: TAIL_DB under, DECAY_DB less a frame.
+        older = np.array(self._far[:first][::-1])  # the frame just before the span first
+        tail = float(np.max(older - TAIL_DB - DECAY_DB * np.arange(1, older.size + 1))) if older.size else -np.inf
+        return max(max(span), tail) if span else max(self._far)
 
 
 def _dbfs(x: np.ndarray) -> float:

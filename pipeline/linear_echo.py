@@ -19,10 +19,11 @@ only while what it removes from those frames shows it has learned the room
 
 Measured (``scripts/bench_hearing.py --fast --over-reply --echo -15``, held out): the
 cancel 0.55 -> 0.46 s after the interruption's onset (0.43 with no echo), its words'
-WER 0.130 -> 0.065; under a held-out voice 1.65 s into a reply, 7 dB of the echo taken
-out in the bench's room, 14 dB in one with a diffuse tail and a distorting speaker
-(``tests/test_linear_echo.py``). It costs ~20 ms of one core per second of a reply whose
-echo is heard at 16 kHz, ~36 ms at 48 kHz (nothing learned while no echo is found).
+WER 0.130 -> 0.065; under a tune voice 1.65 s into a reply, 7 dB of the echo taken out
+in the bench's room, 10 dB in one with a diffuse tail and a distorting speaker
+(``tests/test_linear_echo.py``, :data:`~duplex.app.clients.room.HARSH`). It costs ~20 ms
+of one core per second of a reply whose echo is heard at 16 kHz, ~36 ms at 48 kHz
+(nothing learned while no echo is found).
 """
 
 from __future__ import annotations

@@ -33,7 +33,8 @@ latencies (first audio, recognition) are left out; it is for tuning.
 
 * with ``--echo DB`` (repeatable): a speakerphone, the client's speaker heard by its own
   microphone through a room (:class:`~duplex.app.clients.room.Room`: four reflections,
-  the first 60 ms late) at DB below what it played; plus the reply alone, with nobody
+  the first 60 ms late; ``--room harsh``: a speaker driven into distortion and a 300 ms
+  diffuse tail too) at DB below what it played; plus the reply alone, with nobody
   speaking (it must never duck or cut itself), and the words heard of each
   interruption. ``--canceller off`` (repeatable with ``on``) serves with
   ``--no-echo-cancellation`` for the figures before; ``--over-reply`` keeps only the
@@ -51,12 +52,12 @@ import asyncio
 import itertools
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
-from duplex.app.clients.room import Room
+from duplex.app.clients.room import HARSH, Room
 from duplex.app.clients.simulated import Received, SimulatedClient
 from duplex.app.clients.sounds import cough
 from duplex.app.core.listening import Listener, Started
@@ -539,6 +540,12 @@ async def main() -> None:
         help="a speakerphone: the client's speaker in its microphone at DB ('none': no echo, to compare)",
     )
     ap.add_argument(
+        "--room",
+        choices=("reflections", "harsh"),
+        default="reflections",
+        help="the speakerphone's room: four clean reflections, or a distorting speaker and a diffuse tail",
+    )
+    ap.add_argument(
         "--canceller", choices=("on", "off"), action="append", help="the server's echo canceller (default: on)"
     )
     ap.add_argument(
@@ -583,7 +590,7 @@ async def main() -> None:
                 args.echo or [None],
                 args.noise_reduction or ["none"],
             ):
-                ROOM = None if level is None else Room(level_db=level)
+                ROOM = None if level is None else replace(HARSH if args.room == "harsh" else Room(), level_db=level)
                 NOISE_REDUCTION = None if nr == "none" else nr
                 name = ", ".join(
                     x
@@ -595,6 +602,7 @@ async def main() -> None:
                         canceller and f"canceller {canceller}",
                         enhancer and f"enhancer {enhancer}",
                         "no echo" if level is None else f"echo {level:g} dB",
+                        level is not None and args.room == "harsh" and "harsh room",
                         nr != "none" and f"noise reduction {nr}",
                         split,
                     )

@@ -8,7 +8,7 @@ import threading
 
 from duplex.pipeline.segmenter import VOICE_WORDS_PER_S
 from duplex.pipeline.thinkers.job import Job
-from duplex.pipeline.thinkers.schedule import PROMPT_BESIDE, PROMPT_CHUNK, RUNNING_DRY_S, plan
+from duplex.pipeline.thinkers.schedule import PROMPT_BESIDE, PROMPT_CHUNK, PROMPT_TOKEN_S, RUNNING_DRY_S, STEP_S, plan
 
 
 def job(
@@ -31,8 +31,19 @@ def test_a_reply_about_to_run_dry_writes_before_another_prompt_is_read():
     speaking, reading = job(written=6, words=4), job(pending=14)
     step = plan([speaking, reading], said_by(4, RUNNING_DRY_S - 0.1))
     assert step.writers == [speaking] and step.budget == 0
-    step = plan([speaking, reading], said_by(4, RUNNING_DRY_S + 0.3))
+    step = plan([speaking, reading], said_by(4, 2.0))
     assert step.writers == [speaking] and step.budget == PROMPT_BESIDE
+
+
+def test_a_step_beside_a_reply_ends_before_its_words_are_said():
+    # 0.5 s of words left: a step reading 14 prompt tokens (~0.48 s) would end as they do.
+    speaking, reading = job(written=6, words=4), job(pending=14)
+    for lead in (RUNNING_DRY_S + 0.02, 0.5, 0.7):
+        budget = plan([speaking, reading], said_by(4, lead)).budget
+        assert 0 < budget < PROMPT_BESIDE and STEP_S + budget * PROMPT_TOKEN_S <= lead
+    leads = [0.45, 0.6, 0.8, 1.0]
+    budgets = [plan([speaking, reading], said_by(4, lead)).budget for lead in leads]
+    assert budgets == sorted(budgets) and budgets[-1] == PROMPT_BESIDE, "more read the further ahead it is"
 
 
 def test_a_call_a_reply_behind_its_voice_or_not_yet_spoken_holds_no_prompt_back():

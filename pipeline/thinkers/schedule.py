@@ -36,7 +36,16 @@ need 7-9 hours", "There are 366 days") written a digit a step, and a step that a
 read another turn's 14 prompt tokens (~450 ms): the voice ran out for 100-120 ms, in
 three of five held-out runs; with this rule for 20-60 ms in three of nine (20 ms in three
 of seven before the first words were judged by tokens; scripts/bench_conversation.py
---parallel 4, docs/benchmarks-history.md, "2026-12-06 (the Xeon, evening)")."""
+--parallel 4, docs/benchmarks-history.md, "2026-12-06 (the Xeon, evening)"). Beyond
+it, a step reads only what it can and still end before those words are said
+(:func:`beside`): four runs in turn with the rule above alone, 7 replies ran dry for
+60-520 ms (every run); with both, 3 for 20-160 ms ("2026-12-06 (the Xeon, 18:00)")."""
+STEP_S = 0.2
+"""What a step that writes costs before the prompt tokens it reads (one to four writers:
+115-183 ms at one thread)..."""
+PROMPT_TOKEN_S = 0.02
+"""...and each prompt token read beside them (a writer and 8-15 prompt tokens: 355 ms,
+the median of 103 such steps, four conversations at once on the 2-core Xeon)."""
 SPOKEN_AFTER = 4
 """Tokens a reply writes before its voice can have begun (three words and the start of
 the next, at the least): before that it cannot run dry, only start late."""
@@ -56,21 +65,29 @@ def plan(active: Iterable[Job], now: float) -> Plan:
     writing = [j for j in jobs if not j.pending and j.last >= 0]
     anyone_starting = any(starting(j) for j in jobs)
     writers = [j for j in writing if not (anyone_starting and not starting(j) and j.ahead_s(now) > AHEAD_S)]
-    if any(running_dry(j, now) for j in writers):
-        return Plan(writers, 0)
-    return Plan(writers, PROMPT_BESIDE if writing else PROMPT_CHUNK)
+    if not writing:
+        return Plan(writers, PROMPT_CHUNK)
+    return Plan(writers, min([PROMPT_BESIDE, *(beside(j, now) for j in writers)]))
+
+
+def beside(job: Job, now: float) -> int:
+    """Prompt tokens a step at ``now`` may read beside ``job`` writing: none while its
+    voice may be about to run out of words (its words would be said within
+    :data:`RUNNING_DRY_S` of the time it has been writing), and beyond that no more than a
+    step can read and still end before they are said (:data:`STEP_S`,
+    :data:`PROMPT_TOKEN_S`). A call is not spoken, and a reply's voice cannot have begun
+    before :data:`SPOKEN_AFTER` tokens. Nor once it is behind its voice: a model slower
+    than its voice would otherwise hold every other prompt back for good, and a step
+    alone writes ~0.8 words in ~0.12 s, so a reply that keeps up is out of the window
+    within a step or two."""
+    lead = job.ahead_s(now)
+    if job.grammar is not None or job.written < SPOKEN_AFTER or lead <= 0.0:
+        return PROMPT_BESIDE
+    if lead < RUNNING_DRY_S:
+        return 0
+    return min(PROMPT_BESIDE, int((lead - STEP_S) / PROMPT_TOKEN_S))
 
 
 def starting(job: Job) -> bool:
     """Whether ``job`` is reading its prompt or writing its first :data:`STARTING` tokens."""
     return bool(job.pending) or job.written < STARTING
-
-
-def running_dry(job: Job, now: float) -> bool:
-    """Whether ``job``'s voice may be about to run out of words (a call is not spoken).
-    Not once it is behind its voice: a model slower than its voice would otherwise hold
-    every other prompt back for good, and a step alone writes ~0.8 words in ~0.12 s, so
-    a reply that keeps up is out of the window within a step or two."""
-    if job.grammar is not None or job.written < SPOKEN_AFTER:
-        return False
-    return 0.0 < job.ahead_s(now) < RUNNING_DRY_S
