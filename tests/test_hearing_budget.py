@@ -5,12 +5,14 @@ The measure is driven on a clock given by the test; the server's part over real 
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 import websockets
 
 from duplex.app.clients.realtime import RealtimeClient
 from duplex.app.clients.sounds import noise
+from duplex.app.core.session import Session
 from duplex.app.edge.hearing import HearingLoad
 from tests.util import until, ws_url
 
@@ -70,3 +72,29 @@ async def test_far_beyond_it_the_newest_streaming_session_is_closed(make_server)
     # The oldest one streaming stays, and is served.
     await older.say("still here")
     await older.close()
+
+
+async def test_waiting_for_a_core_is_not_charged_as_hearing(make_server, monkeypatch):
+    """On cores the server's own models keep busy, hearing a slice takes longer in wall
+    time than it costs: four conversations' microphones read as 53% of the loop and one
+    was shed. Only the loop thread's CPU counts. The wait is injected (a real busy core
+    cannot be had on demand): each 100 ms slice waits 40 ms, 40% of the loop a session."""
+    heard = Session.hear
+
+    def slow(self: Session, raw: bytes, now: float):  # type: ignore[no-untyped-def]
+        time.sleep(0.04)  # waiting, not computing
+        return heard(self, raw, now)
+
+    monkeypatch.setattr(Session, "hear", slow)
+    server = await make_server(hearing_budget=0.1)  # sheds beyond 0.15; the waits would read 0.8
+    older = await RealtimeClient.connect(server.port)
+    newer = await RealtimeClient.connect(server.port)
+    await asyncio.gather(stream(older, 2.0), stream(newer, 2.0))
+    loop = asyncio.get_running_loop()
+    await until(lambda: server.hearing.load(loop.time()) > 0, what="hearing measured")
+    assert server.hearing.load(loop.time()) < 0.1, "only what hearing computed is charged"
+    assert 'refusal="hearing"' not in server.metrics_text() and 'kind="hearing"' not in server.metrics_text()
+    third = await RealtimeClient.connect(server.port)  # still admitted
+    for c in (older, newer, third):
+        await c.say("still here")
+        await c.close()
