@@ -14,7 +14,9 @@ server, started here, reached with ``--thinker openai`` (a "remote" endpoint on 
 machine). For each turn, milestones from the true end of the user's speech on the
 client's clock: the turn committed, the response created, the thinker's first token
 and first clause (the server's own timings, placed on the response's start), and the
-first audio received.
+first audio received. A turn's answer is the reply the user heard: one cancelled with
+nothing of it kept (the server took a pause for the turn's end and the user went on) is
+counted apart, and the reply after it is scored and timed.
 
     python scripts/bench_conversation.py [--thinkers echo,local,remote] [--parts tune,heldout]
         [--only NAME,...] [--json PATH]
@@ -65,6 +67,11 @@ class TurnResult:
     """Playback that stopped for want of audio, between the reply's first and last sample played."""
     at: dict[str, float] = field(default_factory=dict)
     """Milestone -> seconds after the end of the user's speech."""
+    status: str = ""
+    """The heard reply's ``response.done`` status, and why if it did not complete."""
+    unheard: int = 0
+    """Replies cancelled with nothing of them kept, before the one heard: the turn was
+    taken in a pause and the user went on (the milestones are the heard reply's)."""
 
 
 def _answer(response: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
@@ -89,34 +96,41 @@ def _of(sim: SimulatedClient, start: int, etype: str) -> list[dict[str, Any]]:
     return [r.event for r in sim.events[start:] if r.event["type"] == etype]
 
 
-def _wall(sim: SimulatedClient, start: int, etype: str, key: str | None = None, value: Any = None) -> float | None:
-    for r in sim.events[start:]:
-        if r.event["type"] == etype and (key is None or r.event.get(key) == value):
-            return r.wall
-    return None
+def _is_created(event: dict[str, Any], rid: str) -> bool:
+    return event["type"] == "response.created" and event["response"]["id"] == rid
 
 
-async def _response(sim: SimulatedClient, start: int) -> dict[str, Any] | None:
-    """Wait for the first response created after event ``start`` to finish and be played; its response.done."""
+async def _response(sim: SimulatedClient, start: int) -> tuple[dict[str, Any] | None, int]:
+    """Wait for the reply the user heard, the first response created after event
+    ``start`` that was not cancelled with nothing of it kept, to finish and be played:
+    its response.done, and how many replies were cancelled unheard before it (the server
+    took a pause for the turn's end, heard the user go on before its first word and cut
+    it to nothing at the user's onset: the reply to the whole turn is the one after)."""
 
     def created() -> list[dict[str, Any]]:
         return _of(sim, start, "response.created")
 
-    await _until(sim, lambda: bool(created()), 8.0)
-    if not created():
-        return None
-    rid = created()[0]["response"]["id"]
+    unheard = 0
+    while True:
+        await _until(sim, lambda n=unheard: len(created()) > n, 8.0)  # type: ignore[misc]
+        if len(created()) <= unheard:
+            return None, unheard
+        rid = created()[unheard]["response"]["id"]
 
-    def finished() -> dict[str, Any] | None:
-        return next((e["response"] for e in _of(sim, start, "response.done") if e["response"]["id"] == rid), None)
+        def finished(rid: str = rid) -> dict[str, Any] | None:
+            return next((e["response"] for e in _of(sim, start, "response.done") if e["response"]["id"] == rid), None)
 
-    def heard() -> bool:
-        h = sim.heard.get(rid)
-        return finished() is not None and (h is None or h.played >= h.received)
+        def heard(rid: str = rid) -> bool:
+            h = sim.heard.get(rid)
+            return finished() is not None and (h is None or h.played >= h.received)
 
-    await _until(sim, heard, TURN_LIMIT_S)
-    await sim.silence(0.4)
-    return finished()
+        await _until(sim, heard, TURN_LIMIT_S)
+        done = finished()
+        if done is not None and done.get("status") == "cancelled" and _answer(done) == ("", []):
+            unheard += 1
+            continue
+        await sim.silence(0.4)
+        return done, unheard
 
 
 async def converse(port: int, sp: Spoken, thinker: str, delay: float = 0.0) -> list[TurnResult]:
@@ -141,9 +155,9 @@ async def converse(port: int, sp: Spoken, thinker: str, delay: float = 0.0) -> l
             )
             out.append(res)
             continue
-        done = await _response(sim, mark)
+        done, res.unheard = await _response(sim, mark)
         heard = _of(sim, mark, "conversation.item.input_audio_transcription.completed")
-        res.heard = heard[0]["transcript"] if heard else ""
+        res.heard = " ".join(e["transcript"] for e in heard[: res.unheard + 1])
         if done is not None:
             res.answer, calls = _answer(done)
             _milestones(sim, mark, done, spoken_at, res)
@@ -162,7 +176,7 @@ async def converse(port: int, sp: Spoken, thinker: str, delay: float = 0.0) -> l
                     )
                     second = len(sim.events)
                     await sim.send("response.create")
-                    after = await _response(sim, second)
+                    after, _ = await _response(sim, second)
                     res.answer = _answer(after)[0] if after else ""
                 res.passed = ok and turn.after is not None and passes(Turn(turn.said, turn.after), res.answer)
             else:
@@ -186,9 +200,12 @@ def _underrun_ms(sim: SimulatedClient, rid: str) -> float:
 
 def _milestones(sim: SimulatedClient, mark: int, done: dict[str, Any], spoken_at: float, res: TurnResult) -> None:
     rid = done["id"]
+    res.status = " ".join(str(x) for x in (done.get("status"), done.get("status_details") or "") if x)
     res.underrun_ms += _underrun_ms(sim, rid)
-    created = _wall(sim, mark, "response.created")
-    committed = _wall(sim, mark, "input_audio_buffer.committed")
+    at = next(i for i, r in enumerate(sim.events) if i >= mark and _is_created(r.event, rid))
+    created = sim.events[at].wall
+    commits = [r.wall for r in sim.events[mark:at] if r.event["type"] == "input_audio_buffer.committed"]
+    committed = commits[-1] if commits else None  # the turn the heard reply answers
     first = next(
         (
             r.wall
@@ -242,8 +259,8 @@ def report(results: list[TurnResult]) -> str:
     lines = [
         "| thinker | part | answers right | "
         + " | ".join(f"{m} (median / p90 s)" for m in MILESTONES)
-        + " | first audio p95 s | replies that ran dry |",
-        "|---" * (5 + len(MILESTONES)) + "|",
+        + " | first audio p95 s | replies that ran dry | turns taken in a pause (a reply cancelled unheard) |",
+        "|---" * (6 + len(MILESTONES)) + "|",
     ]
     keys = sorted({(r.thinker, r.split) for r in results}, key=lambda k: (k[0], k[1] != "heldout"))
     for thinker, split in keys:
@@ -252,6 +269,7 @@ def report(results: list[TurnResult]) -> str:
         first = [r.at["first audio"] for r in rs if "first audio" in r.at]
         cells.append(f"{pct(first, 0.95):.2f}" if first else "-")
         cells.append(f"{sum(r.underrun_ms > 0 for r in rs)}/{len(rs)}")
+        cells.append(f"{sum(r.unheard > 0 for r in rs)}/{len(rs)}")
         right = sum(r.passed for r in rs)
         lines.append(f"| {thinker} | {split} | {right}/{len(rs)} | " + " | ".join(cells) + " |")
     lines.append("")
@@ -318,7 +336,8 @@ def main() -> None:
                             print(
                                 f"{mark} {thinker:6s} {part:7s} {r.voice:22s} {r.condition:8s} heard {r.heard!r} -> "
                                 f"{r.call + ' ' if r.call else ''}{r.answer!r} "
-                                f"{r.at.get('first audio', float('nan')):.2f}s",
+                                f"{r.at.get('first audio', float('nan')):.2f}s"
+                                + (f" (after {r.unheard} reply cancelled unheard)" if r.unheard else ""),
                                 flush=True,
                             )
                         results += got

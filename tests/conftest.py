@@ -55,6 +55,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "test_chat_weights",
         "test_contracts",
         "test_enhancer",
+        "test_engine_cache",
         "test_stages",
         "test_espeak",
         "test_hibari",

@@ -84,6 +84,8 @@ class Lane:
         self._lock = threading.Lock()
         """Held while the context is used: another lane copies from it between steps."""
         self._closed = False
+        self._holes = False
+        """Cells were taken out of a sequence since the cache was last compacted (see :meth:`_compact`)."""
         self._rng = np.random.default_rng()
         self.counters = {"prompt_tokens_total": 0.0, "tokens_predicted_total": 0.0}
         self.borrowed = 0
@@ -184,6 +186,7 @@ class Lane:
         if keep == len(job.tokens) and job.max_tokens > 0:
             keep -= 1  # the last token is read again for its logits
         self.m.lib.llama_kv_cache_seq_rm(self._ctx, job.slot, keep, -1)
+        self._holes = True
         del cached[keep:]
         job.cache_n, job.pending, job.began = keep, job.tokens[keep:], self.m.clock()
         if job.grammar:
@@ -235,6 +238,7 @@ class Lane:
             data = (ctypes.c_uint8 * size)()
             got = lib.llama_state_seq_get_data(self._ctx, data, size, scratch, 0)
             lib.llama_kv_cache_seq_rm(self._ctx, scratch, 0, -1)
+            self._holes = True
             return Copied(tokens[:n], data=data, size=got) if got else None
         finally:
             self._lock.release()
@@ -243,6 +247,7 @@ class Lane:
         """Put ``copied`` in ``slot``'s sequence in place of what it held."""
         lib = self.m.lib
         lib.llama_kv_cache_seq_rm(self._ctx, slot, 0, -1)
+        self._holes = True
         self._cached[slot] = []
         if copied.seq is not None:
             n = common_prefix(self._cached[copied.seq], copied.tokens)
@@ -273,6 +278,7 @@ class Lane:
             return
         several = sum(now - t < SHARED_S for t in self.m.used) > 1
         self._use_threads(max(1, self.m.threads // max(self.m.lanes, 2)) if several else self._most())
+        self._compact()
         b = self._batch
         b.n_tokens = len(rows)
         for i, (job, token, logits) in enumerate(rows):
@@ -285,6 +291,7 @@ class Lane:
                 assert job.slot is not None
                 self._cached[job.slot].clear()
                 self.m.lib.llama_kv_cache_seq_rm(self._ctx, job.slot, 0, -1)
+            self._holes = True
             raise RuntimeError(f"decode returned {ret} (the cache is full?)")
         self.counters["prompt_tokens_total"] += sum(1 for job, _, _ in rows if job.last < 0)
         for i, (job, _, logits) in enumerate(rows):
@@ -297,6 +304,17 @@ class Lane:
                     self._write(job, i)
                 except Exception as exc:  # (its grammar allowed nothing): this request fails, not the others
                     self._finish(job, f"llama.cpp failed: {exc}")
+
+    def _compact(self) -> None:
+        """Close the holes taken-out cells left before the next decode. ik_llama.cpp's cache
+        with holes between two sequences' cells gave a step that wrote one reply's token
+        and read another's prompt the wrong cells: both replies went wrong ("There eight.",
+        " units as a person would say them.") and the second slot's cache with them; four
+        conversations at once lost one answer in every run that way."""
+        if self._holes:
+            self.m.lib.llama_kv_cache_defrag(self._ctx)
+            self.m.lib.llama_kv_cache_update(self._ctx)
+            self._holes = False
 
     def _most(self) -> int:
         """The threads this lane may use while one conversation is talking: all of them in

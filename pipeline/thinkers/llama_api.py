@@ -18,6 +18,8 @@ def api() -> tuple[Any, Any]:
     for name, args, res in (
         ("llama_kv_cache_seq_rm", [p, i32, i32, i32], ctypes.c_bool),
         ("llama_kv_cache_seq_cp", [p, i32, i32, i32, i32], None),
+        ("llama_kv_cache_defrag", [p], None),
+        ("llama_kv_cache_update", [p], None),
         # (the last argument, flags, is newer than some builds: 0 either way)
         ("llama_state_seq_get_size", [p, i32, i32], ctypes.c_size_t),
         ("llama_state_seq_get_data", [p, p, ctypes.c_size_t, i32, i32], ctypes.c_size_t),
