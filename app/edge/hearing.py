@@ -7,9 +7,10 @@ could take the whole loop: 120 sessions of quiet noise from one client held ever
 other session's round trip at 440 ms. So the server measures what hearing real-time
 audio costs the loop (seconds of the loop thread's CPU per second of wall time, decayed
 over a few seconds: CPU, since time spent waiting for a core that the models hold is not
-what one microphone fewer would give back), admits a new session only while that is under ``admit_below``, and while it
-is over ``shed_above`` closes the newest session that streams (1013, try again later),
-one every ``settle_s``, so the sessions it keeps are heard in real time.
+what one microphone fewer would give back), admits a new session only while that is
+under ``admit_below``, and while it is over ``shed_above`` closes the newest session
+that streams (1013, try again later), one every ``settle_s``, so the sessions it keeps
+are heard in real time.
 """
 
 from __future__ import annotations
