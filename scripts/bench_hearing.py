@@ -122,6 +122,8 @@ class Tally:
     """(word errors, words) of what was heard of each interruption."""
     by_condition: dict[str, tuple[list[float], list[tuple[int, int]]]] = field(default_factory=dict)
     """Per condition of the turns: (ends of turn, (word errors, words))."""
+    items: list[str] = field(default_factory=list)
+    """One line per clip over a reply (``--list``): what it was, what was heard, what it did."""
 
 
 def at24(clip: Clip, sample: int) -> int:
@@ -240,7 +242,15 @@ def _span(events: list[Received], start: str, end: str, rid: str) -> float:
     return total / RATE
 
 
-async def over_reply(url: str, td: str, pcm: np.ndarray, t: Tally, *, kind: str) -> None:
+def _heard(events: list[Received], after: int) -> str:
+    return " | ".join(
+        r.event["transcript"]
+        for r in events
+        if r.at >= after and r.event["type"] == "conversation.item.input_audio_transcription.completed"
+    )
+
+
+async def over_reply(url: str, td: str, pcm: np.ndarray, t: Tally, *, kind: str, name: str = "") -> None:
     sim = await session(url, td)
     rid = await start_reply(sim)
     at = sim.input_samples
@@ -255,6 +265,8 @@ async def over_reply(url: str, td: str, pcm: np.ndarray, t: Tally, *, kind: str)
     ) or bool(first(ev, "conversation.item.truncated"))
     gap = _span(ev, "response.output_audio.paused", "response.output_audio.resumed", rid)
     ducked = _span(ev, "response.output_audio.ducked", "response.output_audio.resumed", rid)
+    outcome = "CANCELLED" if cancelled else "kept"
+    t.items.append(f"{kind} {name}: {outcome}, ducked {ducked:.2f} s, heard {_heard(ev, at)!r}")
     if kind == "backchannel":
         t.bc_takeover.append(cancelled)
         t.bc_gap.append(gap)
@@ -296,6 +308,11 @@ async def interruption(url: str, td: str, clip: Clip, t: Tally) -> None:
     if new_audio is not None:
         t.interruption_latency.append((new_audio.at - end) / RATE)
     heard = first(ev, "conversation.item.input_audio_transcription.completed", after=onset)
+    t.items.append(
+        f"interruption {clip.name}: {'taken' if interrupted else 'MISSED'}, duck "
+        f"{'-' if duck is None else f'{(duck.at - onset) / RATE:.3f}'} s, cancel "
+        f"{'-' if done is None else f'{(done.at - onset) / RATE:.2f}'} s, heard {_heard(ev, base)!r}"
+    )
     if heard is not None and clip.text is not None:
         t.interruption_words.append(wer(clip.text, heard.event["transcript"]))
     await close(sim, t)
@@ -389,7 +406,7 @@ async def over_replies(url: str, td: str, quick: bool, split: str) -> Tally:
     for _ in range(3 if quick else 6):
         await alone(url, td, t)
     for clip in corpus.backchannels[:: 2 if quick else 1]:
-        await over_reply(url, td, variant(clip, "clean", RATE), t, kind="backchannel")
+        await over_reply(url, td, variant(clip, "clean", RATE), t, kind="backchannel", name=clip.name)
     for name in corpus.noises:
         await over_reply(url, td, noise(name, 4.0, -36.0, RATE, seed=7), t, kind="noise")
     for clip in corpus.turns[1 : 2 * 12 : 2][: 6 if quick else 12]:
@@ -412,7 +429,7 @@ async def run(
         for j, condition in enumerate(("clean", "babble10", "tel")[: 2 if quick else 3]):
             await pause(url, td, clip, condition, i + j, t)
     for clip in corpus.backchannels[::step]:
-        await over_reply(url, td, variant(clip, "clean", RATE), t, kind="backchannel")
+        await over_reply(url, td, variant(clip, "clean", RATE), t, kind="backchannel", name=clip.name)
     for name in corpus.noises:
         for level in (-40.0, -36.0):
             await over_reply(url, td, noise(name, 4.0, level, RATE, seed=7), t, kind="noise")
@@ -564,6 +581,7 @@ async def main() -> None:
         action="store_true",
         help="also: VAD onset and CPU in process (the barge-in baseline), coughs and clicks over a reply, stale audio",
     )
+    ap.add_argument("--list", action="store_true", help="also: one line per clip over a reply (what was heard)")
     args = ap.parse_args()
     global FAST, THINKER, ROOM, NOISE_REDUCTION
     FAST = args.fast
@@ -613,6 +631,9 @@ async def main() -> None:
                 else:
                     results[name] = await run(server.url, td, args.quick, args.turns_only, split, args.listening)
                 print(f"{name}: done", flush=True)
+    if args.list:
+        for name, t in results.items():
+            print(f"\n{name}:\n" + "\n".join(t.items))
     if args.over_reply:
         report_echo(results)
         return

@@ -22,7 +22,7 @@ from duplex.app.clients.sounds import mix, silence, speech, trim
 from duplex.app.core.limits import SessionLimits
 from duplex.pipeline.backends import Backends
 from duplex.pipeline.talker import TalkerError
-from duplex.pipeline.thinker import NOT_UNDERSTOOD
+from duplex.pipeline.thinker import NOT_UNDERSTOOD, EchoThinker
 from lab.procs import cpu_seconds
 from lab.servers import serving
 from tests.util import gate, stage_tasks, until, ws_url
@@ -337,10 +337,20 @@ async def test_a_dead_recognition_worker_fails_one_turn_and_the_next_is_heard(ta
     from duplex.pipeline.recognizers.pocketsphinx import PocketsphinxRecognizer
     from duplex.pipeline.vocoders.pcm import PcmVocoder
 
+    class Asked(EchoThinker):
+        """The echo, counting what it is asked."""
+
+        asked = 0
+
+        def think(self, request):  # type: ignore[no-untyped-def]
+            Asked.asked += 1
+            return super().think(request)
+
     recognizer = PocketsphinxRecognizer(workers=1)
     recognizer.prewarm()
+    backends = Backends(talker, PcmVocoder(), voice_activity=vad_model, recognizer=recognizer, thinker=Asked())
     try:
-        async with serving(Backends(talker, PcmVocoder(), voice_activity=vad_model, recognizer=recognizer)) as server:
+        async with serving(backends) as server:
             sim = await SimulatedClient.open(server.port)
             turn = mix(silence(0.5), trim(await speech(talker, "hello how are you today"), 24000), silence(4.0))
             (dead,) = recognizer.pids()
@@ -351,9 +361,11 @@ async def test_a_dead_recognition_worker_fails_one_turn_and_the_next_is_heard(ta
             done = sim.of_type("response.done")
             assert done and done[-1].event["response"]["status"] == "completed"
             assert done[-1].event["response"]["output"][0]["content"][0]["transcript"] == NOT_UNDERSTOOD
+            assert Asked.asked == 0, "a turn heard as nothing is asked again without the thinker"
             await sim.stream(turn)  # a new worker hears the next turn
             heard = sim.of_type("conversation.item.input_audio_transcription.completed")
             assert len(heard) == 1 and "you today" in heard[0].event["transcript"], heard
+            await until(lambda: Asked.asked == 1, 30, "the words heard are the thinker's to answer")
             assert recognizer.pids() and dead not in recognizer.pids()
             metrics = server.metrics_text()
             assert "duplex_recognition_failures_total 1.0\n" in metrics

@@ -289,6 +289,10 @@ def test_with_no_recogniser_length_still_decides():
 def test_says_something():
     assert not says_something("Mhm. Okay, yeah. Uh huh, I see.")
     assert says_something("Okay, but what about Tuesday?")
+    # Whisper's "you" after a backchannel is the quiet after it, not a word (held out: an
+    # "I see" heard as "I see you" cancelled the reply); a "you" that is said still counts.
+    assert not says_something("I see you")
+    assert says_something("You?") and says_something("Could you?") and says_something("You see")
 
 
 # -- transcripts -----------------------------------------------------------------------

@@ -174,6 +174,7 @@ def test_a_prepared_reply_is_adopted_only_for_an_equal_plan_whichever_field_diff
         "state": StateHandle("sess_x", "test", "none").after(0),
         "max_tokens": 20,
         "temperature": 1.1,
+        "said": "Sorry, I did not catch that.",
     }
     assert {f.name for f in dataclasses.fields(ReplyPlan)} == set(others), "every field is tried"
     for name, value in others.items():

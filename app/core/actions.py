@@ -39,6 +39,9 @@ class ReplyPlan:
     """The reply's length limit in tokens (None: the thinker's own)."""
     temperature: float | None = None
     """Its sampling temperature (None: the thinker's own)."""
+    said: str | None = None
+    """Words the reply says without asking the thinker (a turn heard as nothing: a model
+    asked about an empty message only guesses, "I don't know.", after a wait)."""
 
     def think(self, request_id: str) -> ThinkRequest:
         """The thinker's request for this reply."""
@@ -51,7 +54,7 @@ class ReplyPlan:
 
     def speech(self, request_id: str) -> SpeechRequest:
         """The talker's request for this reply (its text streams in from the thinker)."""
-        return SpeechRequest(request_id, "", self.voice, self.speed, self.state)
+        return SpeechRequest(request_id, self.said or "", self.voice, self.speed, self.state)
 
 
 @dataclass(frozen=True, slots=True)

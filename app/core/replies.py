@@ -17,7 +17,7 @@ and truncation) reads as one state machine; split, each half would reach into th
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -149,9 +149,12 @@ class Replies:
         return self.ctx.clock.now(now)
 
     # -- lifecycle -------------------------------------------------------------
-    def begin(self, messages: tuple[Message, ...], options: ResponseOptions, now: float) -> Output:
+    def begin(
+        self, messages: tuple[Message, ...], options: ResponseOptions, now: float, *, said: str | None = None
+    ) -> Output:
         """``response.created`` and friends, then the pipeline: the thinker answers the
-        conversation and, for audio, the talker speaks what it says."""
+        conversation (or the reply is ``said``, the thinker not asked) and, for audio, the
+        talker speaks what it says."""
         ctx, settings = self.ctx, self.ctx.settings
         self.epoch += 1
         audio = "audio" in options.modalities
@@ -171,7 +174,7 @@ class Replies:
         out: Output = [ResponseCreated(self._view(r, "in_progress"))]
         if not calls_allowed(options.tools, options.tool_choice):
             out += self._announce(r)  # at once, as ever: only a reply that may call a function waits
-        out.append(StartReply(rid, r.epoch, self.plan(messages, options)))
+        out.append(StartReply(rid, r.epoch, replace(self.plan(messages, options), said=said)))
         return out
 
     def plan(self, messages: tuple[Message, ...], options: ResponseOptions) -> ReplyPlan:

@@ -49,6 +49,7 @@ from duplex.app.core.states import Table
 from duplex.app.core.transcripts import Candidate, Transcripts
 from duplex.app.core.units import ms_to_samples
 from duplex.pipeline.recognizer import only_command
+from duplex.pipeline.thinker import NOT_UNDERSTOOD
 
 Output = list[ServerEvent | Action]
 
@@ -307,5 +308,6 @@ class TurnTaking:
             if only_command(text):  # "Stop.": obeyed (the reply it spoke over is cancelled), not answered
                 return out + self._drop_prepared()
             self._prepare_move(PreparedEvent.CONFIRM)  # the edge adopts it for this reply, or drops it
-            out += self.replies.begin(self.ctx.messages(), self.ctx.options(), now)
+            said = None if text.strip() else NOT_UNDERSTOOD  # heard as nothing: asked to repeat, at once
+            out += self.replies.begin(self.ctx.messages(), self.ctx.options(), now, said=said)
         return out

@@ -131,8 +131,8 @@ class Replying:
             output_rate=plan.output_rate,
             queues=self.c.queues,
             watermark=self.c.watermark,
-            thinker=backends.thinker,
-            think=replace(plan.think(request_id), conversation=self.c.session_id),
+            thinker=None if plan.said is not None else backends.thinker,
+            think=None if plan.said is not None else replace(plan.think(request_id), conversation=self.c.session_id),
             gate=self.c.gate,
         )
 

@@ -71,7 +71,11 @@ _WORD = re.compile(r"[a-z']+")  # "uh-huh", "mm-hmm", "uh-uh": the parts are eac
 
 def _content_words(text: str) -> list[str]:
     # Single letters are a recogniser spelling out a hum ("M-H-M"), not words.
-    return [w for w in _WORD.findall(text.lower()) if len(w) > 1 and w not in BACKCHANNELS]
+    words = _WORD.findall(text.lower())
+    content = [w for w in words if len(w) > 1 and w not in BACKCHANNELS]
+    if content == ["you"] and len(words) > 1 and words[-1] == "you":
+        return []  # "I see you": Whisper's commonest guess for the quiet after a word, not a word said
+    return content
 
 
 def says_something(text: str) -> bool:
