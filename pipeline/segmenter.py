@@ -5,8 +5,10 @@ finished and stays ahead of it; later ones at sentence ends, so the voice flows.
 writes well ahead of the voice, the first piece is only its first few words (the
 voices make those alone anyway) and the next one ends at the clause boundary: the
 listener waits for three words, not a clause, and the clause is written while they
-play. A model that writes slower than that would run dry after so few words, so it
-waits for the clause. How fast the model writes is judged by its tokens (a stream's
+play. A model that writes slower than that would run dry after so few words: it waits
+for as many as keep the voice going while it writes the rest of a clause (more, the
+slower it is; held out, four at once: "There are 8 planets in our solar system." had
+waited 1.6-1.8 s after its first token for its full stop), or for the clause. How fast the model writes is judged by its tokens (a stream's
 pieces), not its words: a number's digits are a token each, so "There are 16" took
 five steps to its third word and looked slower than the model was.
 """
@@ -71,9 +73,10 @@ class Segmenter:
     characters) until ``CLAUSE_WORDS`` words are out, so the talker starts early and
     stays ahead; later ones at sentence ends (or a space before ``max_chars``), so the
     voice flows. While the first clause
-    is still being written, its first ``first_words`` words go alone if the text came
-    at least ``ahead`` times as fast as the voice speaks (a delta a token, at
-    :data:`TOKENS_PER_WORD`; ``feed``'s ``now`` says when);
+    is still being written, its first ``first_words`` words (or more) go alone if the text
+    came at least ``ahead`` times as fast as the voice speaks, less the share of a
+    ``CLAUSE_WORDS`` clause already written (a delta a token, at :data:`TOKENS_PER_WORD`;
+    ``feed``'s ``now`` says when);
     the clause's rest is then the next segment. And whenever what has been cut would
     have been said (at the voice's pace) within ``MARGIN_S``, the words written so far
     go, clause or not. Linear in the text: each cut looks
@@ -151,7 +154,11 @@ class Segmenter:
         if len(ends) < self.first_words:
             return None
         elapsed = now - self._began
-        if elapsed > 0 and (self._deltas - 1) / elapsed < self.ahead * VOICE_WORDS_PER_S * TOKENS_PER_WORD:
+        # The more words are written, the slower the model may be: ``k`` words said while it
+        # writes the rest of a ``CLAUSE_WORDS`` clause at ``w`` keep the voice going if
+        # k >= CLAUSE_WORDS * (1 - w / voice), as the words written go before what plays runs out.
+        needed = self.ahead * VOICE_WORDS_PER_S * TOKENS_PER_WORD * max(0.0, 1 - len(ends) / CLAUSE_WORDS)
+        if elapsed > 0 and (self._deltas - 1) / elapsed < needed:
             return None  # (tokens written since the first, over the time they took)
         return ends[-1] + 1  # every complete word, and the space after the last
 
