@@ -7,10 +7,11 @@ voices make those alone anyway) and the next one ends at the clause boundary: th
 listener waits for three words, not a clause, and the clause is written while they
 play. A model that writes slower than that would run dry after so few words: it waits
 for as many as keep the voice going while it writes the rest of a clause (more, the
-slower it is; held out, four at once: "There are 8 planets in our solar system." had
-waited 1.6-1.8 s after its first token for its full stop), or for the clause. How fast the model writes is judged by its tokens (a stream's
-pieces), not its words: a number's digits are a token each, so "There are 16" took
-five steps to its third word and looked slower than the model was.
+slower it is; held out, four at once, "There are 8 planets in our solar system." had
+waited 1.5-2.3 s after its first token for its full stop), or for the clause. How fast
+the model writes is judged by its tokens (a stream's pieces), not its words: a number's
+digits are a token each, so "There are 16" took five steps to its third word and looked
+slower than the model was.
 """
 
 from __future__ import annotations
