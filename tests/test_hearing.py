@@ -505,6 +505,26 @@ def test_one_word_of_a_fragment_does_not_cancel_a_reply_two_do():
     assert paused().on_words("Stop.", loud=False, heard_ms=FRAGMENT_MS - 300) == [], "not from a loudspeaker"
 
 
+def test_words_that_are_only_pronouns_and_auxiliaries_do_not_cancel_a_reply_until_more_is_said():
+    from duplex.app.core.listening.bargein import BargeIn
+
+    b = BargeIn(SEMANTIC, RATE, words=True)
+    b.started(0, replying=True)
+    # What Whisper made of short backchannels ("yeah", "uh-huh") over a reply (tune part).
+    for guess in ("You had.", "I'm her.", "And then.", "Yeah. You had?", "Could you"):
+        assert b.on_words(guess, loud=True, heard_ms=600) == [], guess
+        assert b.state is BargeState.JUDGING, "still judged: neither a turn nor a backchannel yet"
+    assert b.on_words("Could you order a pizza?", loud=True, heard_ms=900), "a request says what it is about"
+    for said in ("Don't.", "What?", "Not now.", "Stop it.", "That's why I."):
+        b = BargeIn(SEMANTIC, RATE, words=True)
+        b.started(0, replying=True)
+        assert b.on_words(said, loud=True, heard_ms=600), f"{said!r}: negation, questions and commands still cancel"
+    b = BargeIn(SEMANTIC, RATE, words=True)
+    b.started(0, replying=True)
+    assert b.on_words("You had.", loud=True, heard_ms=600) == []
+    assert b.speaking(0, ms(900)), "speech that goes on at the user's level still cancels by its length"
+
+
 def test_an_unsure_transcript_is_dropped_as_a_guess_unless_it_holds_a_command():
     from duplex.pipeline.recognizers.whisper import Decoded
 

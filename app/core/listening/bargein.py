@@ -9,6 +9,9 @@ speech is, is then judged on what it says, as soon as the recogniser knows:
   reply is cancelled and truncated at what was heard when the speech began;
 * only backchannel words -> the reply resumes as soon as the speech pauses, and
   the sound is not a turn, however long it was ("okay, I see, right");
+* words that are only pronouns, auxiliaries, conjunctions and the like ("You had.",
+  what a recogniser makes of many a short "yeah") -> judged on more of the speech: a
+  request goes on to say what it is about, or lasts;
 * speech at the user's level lasting ``barge_in_min_ms`` that no transcript has
   called a backchannel -> interrupted (what a recogniser cannot make out yet is
   still the user talking: an echo gate chops the start of a real barge-in);
@@ -67,6 +70,17 @@ BACKCHANNELS = frozenset({
 """Words a listener says to keep the speaker going ("I see" and "got it" count word by word;
 a lone "no" and "ma'am" are what Whisper makes of some "mhm"s)."""
 _WORD = re.compile(r"[a-z']+")  # "uh-huh", "mm-hmm", "uh-uh": the parts are each backchannels
+FUNCTION_WORDS = frozenset({
+    "i", "me", "my", "you", "your", "he", "him", "his", "she", "her", "we", "us", "our", "they", "them", "their",
+    "it", "its", "this", "that", "these", "those", "a", "an", "the", "m", "s", "re", "ve", "d", "ll",
+    "am", "is", "are", "was", "were", "be", "been", "have", "has", "had", "do", "does", "did",
+    "can", "could", "will", "would", "shall", "should", "may", "might", "must",
+    "and", "but", "or", "so", "then", "of", "to", "in", "on", "at", "for", "with", "from", "by",
+})  # fmt: skip
+"""Closed-class words (pronouns, determiners, auxiliaries, conjunctions, prepositions;
+a contraction's parts): words alone of these are no request. What a recogniser makes of
+a short backchannel is often such ("You had." for "yeah", "I'm her." for "uh-huh"); a
+request says what it is about. Not here: question words, negation ("don't"), commands."""
 
 
 def _content_words(text: str) -> list[str]:
@@ -76,6 +90,13 @@ def _content_words(text: str) -> list[str]:
     if content == ["you"] and len(words) > 1 and words[-1] == "you":
         return []  # "I see you": Whisper's commonest guess for the quiet after a word, not a word said
     return content
+
+
+def only_function_words(text: str) -> bool:
+    """Whether every word of ``text`` that is not a backchannel is a closed-class word
+    (:data:`FUNCTION_WORDS`; a contraction by its parts), and there is one."""
+    content = _content_words(text)
+    return bool(content) and all(part in FUNCTION_WORDS for w in content for part in w.split("'") if part)
 
 
 def says_something(text: str) -> bool:
@@ -239,6 +260,8 @@ class BargeIn:
         fragment = heard_ms is not None and heard_ms < FRAGMENT_MS
         if fragment and says_something(text) and len(_content_words(text)) < 2 and not holds_command(text):
             return []  # judged on more of it (the next transcript)
+        if loud and only_function_words(text):
+            return []  # ...likewise ("You had."): a request goes on to what it is about, or lasts
         if loud and says_something(text):
             self._move(BargeEvent.WORDS)
             return [Interrupt(self._began)]
