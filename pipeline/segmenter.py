@@ -11,7 +11,9 @@ slower it is; held out, four at once, "There are 8 planets in our solar system."
 waited 1.5-2.3 s after its first token for its full stop), or for the clause. How fast
 the model writes is judged by its tokens (a stream's pieces), not its words: a number's
 digits are a token each, so "There are 16" took five steps to its third word and looked
-slower than the model was.
+slower than the model was. How long what is queued plays is judged by the words the voice
+says: a number's digit groups a word each at least ("7-9" had counted as one word, so a
+reply that had run out waited for the next word too).
 """
 
 from __future__ import annotations
@@ -65,6 +67,14 @@ cannot be a number's, as in "1,000", so its next token is not waited for); after
 digit, only once a space follows; a full stop likewise ("about 6." may be "6.4")."""
 _SENTENCE = re.compile(r"[.!?;](?=\s)")
 _WORD_END = re.compile(r"\S(?=\s)")
+_SPOKEN = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?|\d+")
+"""A word as the voice says it: a number's digit groups are a word each at least ("7-9" is
+two, said "seven to nine"), where a space-separated count took it for one."""
+
+
+def spoken_words(text: str) -> int:
+    """How many words the voice says for ``text``, at the least."""
+    return len(_SPOKEN.findall(text))
 
 
 class Segmenter:
@@ -145,7 +155,9 @@ class Segmenter:
         if slack >= MARGIN_S:
             return None
         ends = [m.end() for m in _WORD_END.finditer(self._buffer, self._pos)]
-        return ends[-1] + 1 if len(ends) >= (1 if slack > 0 else 2) else None
+        if not ends or spoken_words(self._buffer[self._pos : ends[-1]]) < (1 if slack > 0 else 2):
+            return None
+        return ends[-1] + 1
 
     def _first_words(self, now: float) -> int | None:
         """Where the first words end, if they may go alone now (the model is far ahead)."""
@@ -167,8 +179,7 @@ class Segmenter:
         seg = Segment(self._offset + self._pos, self._buffer[self._pos : cut])
         self._pos = cut
         self._count += 1
-        words = len(seg.text.split())
-        self._words_out += words
+        self._words_out += len(seg.text.split())
         if now is not None:  # said at the voice's pace, after what is queued (or now, if that ran out)
-            self._queued_until = max(self._queued_until or now, now) + words / VOICE_WORDS_PER_S
+            self._queued_until = max(self._queued_until or now, now) + spoken_words(seg.text) / VOICE_WORDS_PER_S
         return seg

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from duplex.pipeline.segmenter import AHEAD, TOKENS_PER_WORD, VOICE_WORDS_PER_S, Segment, Segmenter
+from duplex.pipeline.segmenter import AHEAD, TOKENS_PER_WORD, VOICE_WORDS_PER_S, Segment, Segmenter, spoken_words
 
 TEXT = "The capital of Japan is Tokyo, a city of fourteen million people. It is very large."
 NEEDED = AHEAD * VOICE_WORDS_PER_S * TOKENS_PER_WORD
@@ -145,6 +145,23 @@ def test_a_model_a_little_slower_than_the_voice_starts_once_enough_words_are_wri
     said += [s.text for s in seg.finish()]
     assert said[0] == "There are 16 ounces in "
     assert "".join(said) == "".join(POUND)
+
+
+SLEEP = ["Adults", " typically", " need", " ", "7", "-", "9", " hours", " of", " sleep", " per", " night", "."]
+
+
+def test_a_number_counts_as_the_words_the_voice_says_for_it():
+    assert spoken_words("7-9 hours ") == 3 and spoken_words("There are 16 ounces") == 4
+    assert spoken_words("Don't, it's 3.5 km.") == 5 and spoken_words(" , ") == 0
+    # Four at once, held out: "Adults typically need " went alone at ~4 tokens a second and
+    # ran out before "7-9" was written; counted as one word it waited for "hours" too (a
+    # reply that has run out waits for two words), and the reply ran dry 20-40 ms.
+    pace = 0.25  # four tokens a second
+    seg, out = Segmenter(), []
+    for i, token in enumerate(SLEEP):
+        out += [(10.0 + i * pace, s.text) for s in seg.feed(token, 10.0 + i * pace)]
+    assert [text for _, text in out[:2]] == ["Adults typically need ", "7-9 "]
+    assert out[1][0] == 10.0 + SLEEP.index(" hours") * pace, "as soon as the number is whole"
 
 
 def test_a_comma_after_a_word_ends_the_clause_as_it_is_written_and_a_numbers_does_not():
