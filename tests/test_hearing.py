@@ -510,7 +510,8 @@ def test_words_that_are_only_pronouns_and_auxiliaries_do_not_cancel_a_reply_unti
 
     b = BargeIn(SEMANTIC, RATE, words=True)
     b.started(0, replying=True)
-    # What Whisper made of short backchannels ("yeah", "uh-huh") over a reply (tune part).
+    # What Whisper made of short backchannels ("yeah", "uh-huh", "mhm") over a reply: the tune
+    # part's "You had.", the held-out part's others; and the start of a request.
     for guess in ("You had.", "I'm her.", "And then.", "Yeah. You had?", "Could you"):
         assert b.on_words(guess, loud=True, heard_ms=600) == [], guess
         assert b.state is BargeState.JUDGING, "still judged: neither a turn nor a backchannel yet"
