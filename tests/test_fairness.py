@@ -189,6 +189,35 @@ async def test_spare_jobs_run_only_on_an_idle_queue_one_at_a_time_the_latest_per
     assert queue.running == queue.spare_running == 0
 
 
+async def test_an_urgent_spare_job_waits_for_its_owners_running_one_the_latest_only():
+    # A partial judging speech over a reply: dropped while the last decoded, the cancel came a
+    # step (0.1 s) later whenever a decode outlasted a step.
+    queue = FairQueue(workers=2)
+    gates = {name: asyncio.Event() for name in ("p1", "p2", "p3")}
+    started: list[str] = []
+
+    async def job(name: str) -> str:
+        started.append(name)
+        await gates[name].wait()
+        return name
+
+    p1 = asyncio.create_task(queue.spare("a", lambda: job("p1"), behind=True))
+    await asyncio.sleep(0)
+    p2 = asyncio.create_task(queue.spare("a", lambda: job("p2"), behind=True))
+    await asyncio.sleep(0)
+    assert started == ["p1"], "one at a time per owner still"
+    p3 = asyncio.create_task(queue.spare("a", lambda: job("p3"), behind=True))
+    with pytest.raises(Moot):
+        await p2  # the newer one replaces it: only the latest audio is worth decoding
+    gates["p1"].set()
+    assert await p1 == "p1"
+    await asyncio.sleep(0)
+    assert started == ["p1", "p3"], "it starts as soon as its owner's last one ends"
+    gates["p3"].set()
+    assert await p3 == "p3"
+    assert queue.running == queue.spare_running == 0
+
+
 async def test_a_spare_job_gives_way_to_its_owners_ordinary_one_and_a_cancelled_one_leaves_the_line():
     queue = FairQueue(workers=1)
     release = asyncio.Event()

@@ -469,11 +469,13 @@ def test_speech_over_a_reply_is_transcribed_sooner_so_an_interruption_is_judged_
     assert every < PARTIAL_EVERY_MS
     expected = [ms(first + every * k) for k in range((768 - first) // every + 1)]
     assert [p.upto for p in partials] == expected, "from ~200 ms of it, every ~100 ms, not 400"
+    assert all(p.judging for p in partials), "each is urgent: it waits for the last to decode, not dropped"
     last = partials[-1].upto
     ears.on_partial("wait, please stop", last)
     assert ears.barge_in.state is BargeState.INTERRUPTED
     out = feed(ears, 27, replying=True)
     assert [p.upto - last for p in of(Partial, out)] == [ms(416), ms(832)], "judged: every 400 ms again"
+    assert not any(p.judging for p in of(Partial, out)), "and they may be dropped again"
 
 
 def test_a_recogniser_that_lags_does_not_end_a_turn_the_user_is_still_speaking():

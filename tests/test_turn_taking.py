@@ -87,7 +87,9 @@ def test_a_pause_is_transcribed_ahead_its_reply_prepared_and_dropped_when_speech
     assert t.on_signals([Partial(AUDIO, 9600)], 0.0) == [], "no speech item yet: nothing to transcribe"
     t.on_signals([Started(0, 0)], 0.0)
     [partial] = t.on_signals([Partial(AUDIO[:9600], 9600)], 0.4)
-    assert isinstance(partial, Transcribe) and partial.kind == "partial"
+    assert isinstance(partial, Transcribe) and partial.kind == "partial" and not partial.urgent
+    [judging] = t.on_signals([Partial(AUDIO[:12000], 12000, judging=True)], 0.5)
+    assert judging.urgent, "a partial judging speech over a reply waits for the last one, not dropped"
     [candidate] = t.on_signals([SpeechPaused(AUDIO, 0, 26400, 24000)], 1.1)
     assert isinstance(candidate, Transcribe) and candidate.kind == "candidate" and candidate.upto == 26400
     assert t.still_wanted(candidate)

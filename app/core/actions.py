@@ -97,7 +97,9 @@ class Transcribe:
     ``kind``: ``final`` (a committed item: ``item_id``), ``candidate`` (the turn of
     speech item ``item_id`` as it stands at a pause, to ``upto``: it becomes the
     final transcript if the turn ends there) or ``partial`` (speech in progress:
-    worth doing only if a recogniser is idle; skipped otherwise).
+    worth doing only if a recogniser is idle; skipped otherwise). ``urgent``: a
+    partial whose words decide something now (whether a ducked reply is cancelled):
+    asked while the session's last partial still decodes, it waits for it, not dropped.
     """
 
     item_id: str
@@ -105,6 +107,7 @@ class Transcribe:
     rate: int
     kind: TranscribeKind = "final"
     upto: int = 0
+    urgent: bool = False
 
     def heard(self, text: str, recognition_ms: float | None = None, failure: str | None = None) -> Heard:
         """The recogniser's answer to this request."""

@@ -133,7 +133,7 @@ class TurnTaking:
                 return []  # (no speech announced: listening began mid-speech)
             case Partial():
                 assert item is not None
-                return [Transcribe(item, sig.audio, rate, "partial", sig.upto)]
+                return [Transcribe(item, sig.audio, rate, "partial", sig.upto, urgent=sig.judging)]
             case SpeechPaused():
                 assert item is not None
                 self.transcripts.paused(item, sig.start, sig.upto, sig.speech_end)

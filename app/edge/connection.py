@@ -371,7 +371,7 @@ class Connection:
             try:
                 # Fair across sessions: a session that floods waits its turn, not everyone else;
                 # a partial only on what turns and candidates leave, the latest one a session has.
-                text = await (queue.spare(self, job) if partial else queue.run(self, job))
+                text = await (queue.spare(self, job, behind=action.urgent) if partial else queue.run(self, job))
             except Moot:
                 return  # the user went on past that pause, or a newer partial came: nobody needs it
             except Exception as exc:  # a failed recognition is heard as nothing, not a dead session

@@ -205,8 +205,9 @@ class FairQueue:
     share the CPU: a partial decoding beside a turn's candidate took a third of a core
     from it with ten sessions speaking, and the turn waited); an owner's newer spare job
     replaces its waiting one (only the latest is worth doing), one asked for while the
-    owner's last still runs is dropped, and owners are served in the order they began
-    to wait (every session gets its turn, however its speech is timed).
+    owner's last still runs is dropped (an urgent one waits for it instead), and owners
+    are served in the order they began to wait (every session gets its turn, however
+    its speech is timed).
     """
 
     def __init__(self, workers: int) -> None:
@@ -248,11 +249,15 @@ class FairQueue:
     def _spare_free(self) -> bool:
         return self.running == 0 and not self._waiting
 
-    async def spare(self, owner: Hashable, job: Callable[[], Awaitable[T]]) -> T:
+    async def spare(self, owner: Hashable, job: Callable[[], Awaitable[T]], *, behind: bool = False) -> T:
         """Run ``job`` on spare capacity; raises :class:`Moot` if ``owner``'s last spare
-        job still runs, or a newer job of ``owner`` (spare or not) replaces it while it waits."""
-        if owner in self._sparing:
-            raise Moot  # one at a time per owner: back to back, they crowded a pause's models
+        job still runs (unless ``behind``: then it waits for it), or a newer job of
+        ``owner`` (spare or not) replaces it while it waits."""
+        if owner in self._sparing and not behind:
+            # One at a time per owner: back to back, they crowded a pause's models. A job
+            # whose answer decides something now waits instead: dropped, a partial judging
+            # speech over a reply came 0.1 s later whenever a decode outlasted its step.
+            raise Moot
         older = self._spare.get(owner)
         if older is not None and not older.done():
             older.set_exception(Moot())  # keeps the owner's place in the line

@@ -204,7 +204,8 @@ class Listener:
             early = judging and self.vad.samples - self._onset < ms_to_samples(JUDGE_FROM_MS, self.rate)
             if self.ears.partials and not self._silent and not early and self.vad.samples - self._partial_at >= every:
                 self._partial_at = self.vad.samples
-                out.append(Partial(self._slice(self._segment_start, self.vad.samples), self.vad.samples))
+                audio = self._slice(self._segment_start, self.vad.samples)
+                out.append(Partial(audio, self.vad.samples, judging))
         self._trim()
         return out
 

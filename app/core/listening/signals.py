@@ -55,10 +55,12 @@ class Interrupt:
 
 @dataclass(frozen=True, slots=True)
 class Partial:
-    """Speech goes on: the segment so far (to ``upto``) is worth a partial transcript."""
+    """Speech goes on: the segment so far (to ``upto``) is worth a partial transcript;
+    ``judging``: speech over a ducked reply, whose words decide whether it is cancelled."""
 
     audio: np.ndarray
     upto: int
+    judging: bool = False
 
 
 @dataclass(frozen=True, slots=True)
