@@ -514,11 +514,12 @@ def test_words_that_are_only_pronouns_and_auxiliaries_do_not_cancel_a_reply_unti
     b.started(0, replying=True)
     # What Whisper made of short backchannels ("yeah", "uh-huh", "mhm") over a reply: the tune
     # part's "You had.", the held-out part's others; and the start of a request.
-    for guess in ("You had.", "I'm her.", "And then.", "Yeah. You had?", "Could you"):
+    # And thanks: "Thank you." was Whisper's for a noise bed under a reply's echo (-15 dB, real time).
+    for guess in ("You had.", "I'm her.", "And then.", "Yeah. You had?", "Thank you.", "Thanks.", "Could you"):
         assert b.on_words(guess, loud=True, heard_ms=600) == [], guess
         assert b.state is BargeState.JUDGING, "still judged: neither a turn nor a backchannel yet"
     assert b.on_words("Could you order a pizza?", loud=True, heard_ms=900), "a request says what it is about"
-    for said in ("Don't.", "What?", "Not now.", "Stop it.", "That's why I."):
+    for said in ("Don't.", "What?", "Not now.", "Stop it.", "That's why I.", "Thanks, stop."):
         b = BargeIn(SEMANTIC, RATE, words=True)
         b.started(0, replying=True)
         assert b.on_words(said, loud=True, heard_ms=600), f"{said!r}: negation, questions and commands still cancel"

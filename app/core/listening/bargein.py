@@ -10,8 +10,9 @@ speech is, is then judged on what it says, as soon as the recogniser knows:
 * only backchannel words -> the reply resumes as soon as the speech pauses, and
   the sound is not a turn, however long it was ("okay, I see, right");
 * words that are only pronouns, auxiliaries, conjunctions and the like ("You had.",
-  what a recogniser makes of many a short "yeah") -> judged on more of the speech: a
-  request goes on to say what it is about, or lasts;
+  what a recogniser makes of many a short "yeah"), or thanks ("Thank you.", what it
+  makes of many a noise) -> judged on more of the speech: a request goes on to say
+  what it is about, or lasts;
 * speech at the user's level lasting ``barge_in_min_ms`` that no transcript has
   called a backchannel -> interrupted (what a recogniser cannot make out yet is
   still the user talking: an echo gate chops the start of a real barge-in);
@@ -81,6 +82,10 @@ FUNCTION_WORDS = frozenset({
 a contraction's parts): words alone of these are no request. What a recogniser makes of
 a short backchannel is often such ("You had." for "yeah", "I'm her." for "uh-huh"); a
 request says what it is about. Not here: question words, negation ("don't"), commands."""
+THANKS = frozenset({"thank", "thanks"})
+"""...nor is thanks ("Thank you."): Whisper's commonest words for a sound that is no
+speech (a noise bed with a reply's echo under it cancelled the reply at real time at
+-15 dB), and said over a reply, an acknowledgement, not a request."""
 
 
 def _content_words(text: str) -> list[str]:
@@ -94,9 +99,12 @@ def _content_words(text: str) -> list[str]:
 
 def only_function_words(text: str) -> bool:
     """Whether every word of ``text`` that is not a backchannel is a closed-class word
-    (:data:`FUNCTION_WORDS`; a contraction by its parts), and there is one."""
+    (:data:`FUNCTION_WORDS`; a contraction by its parts) or thanks (:data:`THANKS`), and
+    there is one."""
     content = _content_words(text)
-    return bool(content) and all(part in FUNCTION_WORDS for w in content for part in w.split("'") if part)
+    return bool(content) and all(
+        part in FUNCTION_WORDS or part in THANKS for w in content for part in w.split("'") if part
+    )
 
 
 def says_something(text: str) -> bool:
