@@ -112,6 +112,29 @@ def test_a_turn_ending_at_its_candidates_pause_takes_that_transcript_without_ano
     assert [a for a in out if isinstance(a, StartReply)], "and answered"
 
 
+def test_a_turn_heard_in_lower_case_begins_with_a_capital_as_its_read_ahead_did():
+    """Whisper base begins some turns in lower case ("which ocean is the largest."); the
+    partials read ahead begin with a capital, so the turn must too, or the model reads the
+    whole turn again before its first token."""
+    t = turns()
+    t.on_signals([Started(0, 0)], 0.0)
+    item = t.speech_item
+    assert item is not None
+    t.on_transcript(Heard(item, "which ocean", "partial", 9600), 0.4)
+    [_, read] = t.on_transcript(Heard(item, "which ocean is", "partial", 19200), 0.8)
+    assert isinstance(read, Prefill) and read.plan.messages[-1]["content"] == "Which ocean"
+    [candidate] = t.on_signals([SpeechPaused(AUDIO, 0, 26400, 24000)], 1.1)
+    [prepared] = [
+        a for a in t.on_transcript(candidate.heard("which ocean is the largest."), 1.2) if isinstance(a, PrepareReply)
+    ]
+    assert prepared.plan.messages[-1]["content"] == "Which ocean is the largest."
+    out = t.on_signals([Stopped(36000, 24000), Turn(AUDIO, 0, 36000, 26400)], 1.5)
+    [done] = [e for e in out if isinstance(e, TranscriptionCompleted)]
+    assert done.transcript == "Which ocean is the largest."
+    [start] = [a for a in out if isinstance(a, StartReply)]
+    assert start.plan == prepared.plan, "the prepared reply is the turn's"
+
+
 def test_a_partials_words_arrive_as_deltas_only_for_the_speech_in_progress():
     t = turns()
     t.on_signals([Started(0, 0)], 0.0)

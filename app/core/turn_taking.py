@@ -46,7 +46,7 @@ from duplex.app.core.listening import (
 from duplex.app.core.replies import Replies
 from duplex.app.core.session_context import SessionContext
 from duplex.app.core.states import Table
-from duplex.app.core.transcripts import Candidate, Transcripts
+from duplex.app.core.transcripts import Candidate, Transcripts, capitalized
 from duplex.app.core.units import ms_to_samples
 from duplex.pipeline.recognizer import only_command
 from duplex.pipeline.thinker import NOT_UNDERSTOOD
@@ -207,7 +207,7 @@ class TurnTaking:
         completes its item (a failed one is heard as nothing and the turn goes on); a
         partial may add words to the speech's deltas; a candidate is kept for the turn,
         or completes the turn that ended at its pause."""
-        text, failure, listener = heard.text, heard.failure, self.intake.listener
+        text, failure, listener = capitalized(heard.text), heard.failure, self.intake.listener
         match heard.kind:
             case "final":
                 return self._transcribed(heard.item_id, text, now, heard.recognition_ms, failure)
@@ -244,9 +244,7 @@ class TurnTaking:
         the conversation as it is)."""
         if self.replies.active is not None:
             return []
-        said = text.strip()
-        if said:  # a transcript begins with a capital: so will the turn's, and the model's cache with it
-            said = said[0].upper() + said[1:]
+        said = capitalized(text.strip())  # as every transcript is: the model's cache begins as the turn will
         user = ({"role": "user", "content": said},) if said else ()
         return [Prefill(self.replies.plan((*self.ctx.messages(), *user), self.ctx.options()))]
 
