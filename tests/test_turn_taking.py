@@ -113,7 +113,7 @@ def test_a_turn_ending_at_its_candidates_pause_takes_that_transcript_without_ano
 
 
 def test_a_turn_heard_in_lower_case_begins_with_a_capital_as_its_read_ahead_did():
-    """Whisper base begins some turns in lower case ("which ocean is the largest."); the
+    """Whisper begins some turns in lower case ("which ocean is the largest."); the
     partials read ahead begin with a capital, so the turn must too, or the model reads the
     whole turn again before its first token."""
     t = turns()

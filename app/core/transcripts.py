@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 
 def capitalized(text: str) -> str:
-    """``text`` with its first letter a capital. Whisper base begins a turn in lower case
-    now and then ("which ocean is the largest.": 6 of 44 held-out turns), while the
+    """``text`` with its first letter a capital. Whisper begins a turn in lower case now
+    and then ("which ocean is the largest.": 6 of 44 held-out turns), while the
     partials the model reads ahead begin with a capital: the reply then read the whole
     turn again, not only its last words, before its first token."""
     start = len(text) - len(text.lstrip())

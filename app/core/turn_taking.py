@@ -206,7 +206,8 @@ class TurnTaking:
         """What the recogniser heard for a :class:`Transcribe`: a final transcript
         completes its item (a failed one is heard as nothing and the turn goes on); a
         partial may add words to the speech's deltas; a candidate is kept for the turn,
-        or completes the turn that ended at its pause."""
+        or completes the turn that ended at its pause. Every transcript begins with a capital
+        (:func:`~duplex.app.core.transcripts.capitalized`)."""
         text, failure, listener = capitalized(heard.text), heard.failure, self.intake.listener
         match heard.kind:
             case "final":
