@@ -245,7 +245,7 @@ class TurnTaking:
         the conversation as it is)."""
         if self.replies.active is not None:
             return []
-        said = capitalized(text.strip())  # as every transcript is: the model's cache begins as the turn will
+        said = text.strip()  # (a partial's words begin with a capital, as the turn's transcript will)
         user = ({"role": "user", "content": said},) if said else ()
         return [Prefill(self.replies.plan((*self.ctx.messages(), *user), self.ctx.options()))]
 
