@@ -104,6 +104,8 @@ class Tally:
     noise_ducked: list[float] = field(default_factory=list)
     stop: list[float] = field(default_factory=list)
     cancel: list[float] = field(default_factory=list)
+    silent: list[float] = field(default_factory=list)
+    """True onset of an interruption -> the reply silent (paused, or cancelled)."""
     truncation_error_ms: list[float] = field(default_factory=list)
     interrupted: list[bool] = field(default_factory=list)
     interruption_latency: list[float] = field(default_factory=list)
@@ -266,7 +268,7 @@ async def over_reply(url: str, td: str, pcm: np.ndarray, t: Tally, *, kind: str,
     gap = _span(ev, "response.output_audio.paused", "response.output_audio.resumed", rid)
     ducked = _span(ev, "response.output_audio.ducked", "response.output_audio.resumed", rid)
     outcome = "CANCELLED" if cancelled else "kept"
-    t.items.append(f"{kind} {name}: {outcome}, ducked {ducked:.2f} s, heard {_heard(ev, at)!r}")
+    t.items.append(f"{kind} {name}: {outcome}, ducked {ducked:.2f} s, silent {gap:.2f} s, heard {_heard(ev, at)!r}")
     if kind == "backchannel":
         t.bc_takeover.append(cancelled)
         t.bc_gap.append(gap)
@@ -302,6 +304,8 @@ async def interruption(url: str, td: str, clip: Clip, t: Tally) -> None:
         t.stop.append((duck.at - onset) / RATE)
     if interrupted and done is not None:
         t.cancel.append((done.at - onset) / RATE)
+        held = first(ev, "response.output_audio.paused", response_id=rid)
+        t.silent.append((min(done.at, held.at if held is not None else done.at) - onset) / RATE)
     if cut is not None:
         played = sim.played_at(rid, onset) * 1000 / RATE
         t.truncation_error_ms.append(abs(cut.event["audio_end_ms"] - played))
@@ -474,13 +478,15 @@ def report(results: dict[str, Tally]) -> None:
         )
     print("\nOver a reply and under noise\n")
     print("| detector | live WER | backchannel gap (silent) | backchannel ducked | noise cancels | noise ducked "
-          "| cancel latency | truncation error ms | babble turns ended | babble end of turn |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| silent after onset | cancel latency | truncation error ms | babble turns ended "
+          "| babble end of turn |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for td, t in results.items():
         errors, words = sum(e for e, _ in t.words), sum(n for _, n in t.words)
         print(
             f"| {td} | {errors / max(1, words):.3f} | {s(t.bc_gap)} | {s(t.bc_ducked)} | {rate(t.noise_cancels)} | "
-            f"{s(t.noise_ducked)} | {s(t.cancel)} | {s(t.truncation_error_ms, 0)} | {rate(t.babble_ended)} | "
+            f"{s(t.noise_ducked)} | {s(t.silent)} | {s(t.cancel)} | {s(t.truncation_error_ms, 0)} | "
+            f"{rate(t.babble_ended)} | "
             f"{s(t.babble_eot)} |"
         )
 
@@ -503,15 +509,16 @@ def report_conditions(results: dict[str, Tally]) -> None:
 def report_echo(results: dict[str, Tally]) -> None:
     """``--echo`` / ``--over-reply``: over a reply, with and without the room's echo."""
     print("\nOver a reply on a speakerphone (median / p90 s)\n")
-    print("| run | reply alone: cut itself | reply alone: ducked | backchannels that cancelled | noise cancels "
-          "| interruptions taken | duck after onset | cancel after onset | truncation error ms "
-          "| interruption WER |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| run | reply alone: cut itself | reply alone: ducked | backchannels that cancelled | backchannel silent "
+          "| backchannel ducked | noise cancels | interruptions taken | duck after onset | silent after onset "
+          "| cancel after onset | truncation error ms | interruption WER |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name, t in results.items():
         errors, words = sum(e for e, _ in t.interruption_words), sum(n for _, n in t.interruption_words)
         print(
-            f"| {name} | {rate(t.alone_cut)} | {rate(t.alone_ducked)} | {rate(t.bc_takeover)} | "
-            f"{rate(t.noise_cancels)} | {rate(t.interrupted)} | {s(t.stop, 3)} | {s(t.cancel)} | "
+            f"| {name} | {rate(t.alone_cut)} | {rate(t.alone_ducked)} | {rate(t.bc_takeover)} | {s(t.bc_gap)} | "
+            f"{s(t.bc_ducked)} | {rate(t.noise_cancels)} | {rate(t.interrupted)} | {s(t.stop, 3)} | {s(t.silent)} | "
+            f"{s(t.cancel)} | "
             f"{s(t.truncation_error_ms, 0)} | {errors / max(1, words):.3f} |"
         )
 

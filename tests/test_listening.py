@@ -15,7 +15,7 @@ from duplex.app.core.listening.bargein import BargeIn, BargeState, Ending
 from duplex.app.core.listening.detectors import SilenceWindow, turn_detector
 from duplex.app.core.listening.ears import DEAF
 from duplex.app.core.listening.listener import TAIL_MS, Listener
-from duplex.app.core.listening.signals import Duck, Interrupt, Resume, Started, Stopped, Turn
+from duplex.app.core.listening.signals import Duck, Hold, Interrupt, Resume, Started, Stopped, Turn
 from duplex.app.core.settings import TurnDetection
 
 RATE = 16000  # the model's rate too: one window is 512 input samples
@@ -59,7 +59,15 @@ def listen(probabilities: list[float], td: TurnDetection, *, replying: bool = Fa
     return out
 
 
-TD = TurnDetection(threshold=0.5, prefix_padding_ms=0, silence_duration_ms=500, min_speech_ms=150, barge_in_min_ms=800)
+HOLD_MS = 300
+TD = TurnDetection(
+    threshold=0.5,
+    prefix_padding_ms=0,
+    silence_duration_ms=500,
+    min_speech_ms=150,
+    barge_in_min_ms=800,
+    barge_in_hold_ms=HOLD_MS,
+)
 
 
 def test_speech_starts_at_the_first_window_over_the_threshold_and_ends_after_the_silence_window():
@@ -98,17 +106,23 @@ def test_the_silence_window_is_the_setting():
 
 
 def test_speech_over_a_reply_pauses_it_and_a_short_sound_resumes_it_without_a_turn():
-    out = listen([0.9] * windows(400) + [0.0] * 30, TD, replying=True)
+    out = listen([0.9] * windows(250) + [0.0] * 30, TD, replying=True)
     assert [type(s) for s in out] == [Started, Duck, Stopped, Resume]
+
+
+def test_speech_over_a_reply_that_goes_on_silences_it_once_and_it_resumes_if_the_speech_is_no_turn():
+    out = listen([0.9] * windows(500) + [0.0] * 30, TD, replying=True)
+    assert [type(s) for s in out] == [Started, Duck, Hold, Stopped, Resume]
 
 
 def test_speech_over_a_reply_that_lasts_interrupts_it_at_the_onset_then_becomes_a_turn():
     onset = 5
     out = listen([0.0] * onset + [0.9] * windows(1200) + [0.0] * 30, TD, replying=True)
     kinds = [type(s) for s in out]
-    assert kinds == [Started, Duck, Interrupt, Stopped, Turn]
+    assert kinds == [Started, Duck, Hold, Interrupt, Stopped, Turn]
     interrupt = out[kinds.index(Interrupt)]
     assert interrupt.onset == onset * WINDOW  # where the speech began, not where it was decided
+    assert out[kinds.index(Hold)] == Hold(interrupt.onset)
 
 
 def test_with_interrupt_response_off_speech_over_a_reply_is_only_a_turn():
@@ -122,6 +136,8 @@ def test_the_barge_in_policy_moves_through_its_states():
     assert policy.started(1000, replying=False) == [] and policy.state is BargeState.IDLE
     assert policy.stopped(1000, 2000) == Ending([], turn=None), "no reply ducked: its length decides"
     assert policy.started(1000, replying=True) == [Duck(1000)] and policy.state is BargeState.JUDGING
+    assert policy.speaking(1000, 1000 + (HOLD_MS - 1) * RATE // 1000) == []
+    assert policy.speaking(1000, 1000 + HOLD_MS * RATE // 1000) == [Hold(1000)], "going on: silenced"
     assert policy.speaking(1000, 1000 + 799 * RATE // 1000) == [] and policy.state is BargeState.JUDGING
     assert policy.speaking(1000, 1000 + 800 * RATE // 1000) == [Interrupt(1000)]
     assert policy.state is BargeState.INTERRUPTED
@@ -133,6 +149,24 @@ def test_the_barge_in_policy_moves_through_its_states():
     policy.started(5000, replying=True)
     long = policy.stopped(5000, 5000 + 900 * RATE // 1000)
     assert long == Ending([Interrupt(5000)], turn=True), "long speech that ended at once"
+
+
+def test_speech_heard_as_a_backchannel_or_below_the_users_level_never_silences_the_reply_nor_with_the_hold_off():
+    policy = BargeIn(TD, RATE, words=True)
+    policy.started(1000, replying=True)
+    assert policy.on_words("Okay.", loud=True, heard_ms=200) == []
+    assert policy.speaking(1000, 1000 + 600 * RATE // 1000) == [], "a backchannel only ducks it"
+    policy.stopped(1000, 1000 + 600 * RATE // 1000)
+    policy.started(1000, replying=True)
+    assert policy.speaking(1000, 1000 + 600 * RATE // 1000, loud=False) == [], "someone else, a loudspeaker"
+    policy.stopped(1000, 1000 + 600 * RATE // 1000, loud=False)
+    policy.started(1000, replying=True)
+    assert policy.on_words("", loud=True, heard_ms=200) == []  # heard as nothing yet: the user going on
+    assert policy.speaking(1000, 1000 + HOLD_MS * RATE // 1000) == [Hold(1000)]
+    policy.stopped(1000, 1000 + 600 * RATE // 1000)
+    policy.retune(replace(TD, barge_in_hold_ms=None), RATE)
+    policy.started(1000, replying=True)
+    assert policy.speaking(1000, 1000 + 600 * RATE // 1000) == [], "barge_in_hold_ms null: ducked until judged"
 
 
 def test_server_vad_is_a_silence_window_chosen_by_type():
@@ -176,7 +210,7 @@ def test_the_onset_is_where_the_speech_rose_into_the_decision_and_only_the_water
     levels = [300] * 5 + [600, 1500] + [3000] * (len(short) - 7)
     out = at_levels(short, levels, replying=True)
     assert not [s for s in out if isinstance(s, Interrupt)], "the lean windows add nothing to its length"
-    assert [type(s) for s in out] == [Started, Duck, Stopped, Resume]
+    assert [type(s) for s in out] == [Started, Duck, Hold, Stopped, Resume]
     assert [s.onset for s in out if isinstance(s, Duck)] == [5 * WINDOW]
 
 

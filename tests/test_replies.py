@@ -131,6 +131,27 @@ def test_pause_resume_and_barge_in_truncation_at_the_played_position(duck_db):
     assert out.index(done[0]) < out.index(truncated[0])
 
 
+@pytest.mark.parametrize("duck_db", [None, -24.0])
+def test_speech_that_goes_on_silences_a_ducked_reply_and_a_resume_carries_it_on_from_there(duck_db):
+    r = replies(turn_detection=TurnDetection(duck_db=duck_db))
+    start = begin(r)
+    for i in range(3):
+        r.on_output(chunk(start, i, i * 2400), i * 0.1)
+    r.on_ack(start.response_id, 3600, int(0.15 * RATE))
+    r.pause(int(0.2 * RATE), int(0.25 * RATE), 0.25)
+    reply = r.playing
+    assert reply is not None
+    held = r.hold(int(0.2 * RATE), int(0.5 * RATE), 0.5)
+    if duck_db is None:
+        assert held == [], "paused at the onset already: nothing more to silence"
+    else:
+        assert [type(e) for e in held] == [AudioPaused] and reply.playout.paused, "its output stops"
+        assert held[0].audio_end_ms == 200 and held[0].detected_after_ms == 300, "the watermark is the onset"
+    assert r.hold(int(0.2 * RATE), int(0.6 * RATE), 0.6) == [], "once"
+    assert [type(e) for e in r.resume(0.7)] == [AudioResumed] and not reply.playout.paused
+    assert r.hold(int(0.2 * RATE), int(0.8 * RATE), 0.8) == [], "a reply playing on at full level is not held"
+
+
 def test_a_reply_heard_in_full_is_not_truncated_by_later_speech():
     r = replies()
     start = begin(r)

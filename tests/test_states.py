@@ -15,7 +15,7 @@ from duplex.app.core.listening.bargein import JUDGED, BargeEvent, BargeIn, Barge
 from duplex.app.core.listening.bargein import MOVES as BARGE_MOVES
 from duplex.app.core.listening.listener import MOVES as HEARING_MOVES
 from duplex.app.core.listening.listener import Hearing, HearingEvent
-from duplex.app.core.listening.signals import Interrupt, Resume
+from duplex.app.core.listening.signals import Hold, Interrupt, Resume
 from duplex.app.core.reply_state import AUDIBLE, MOVES, RUNNING, ReplyEvent, ReplyPhase
 from duplex.app.core.settings import TurnDetection
 from duplex.app.core.states import ImpossibleMove, Table
@@ -206,8 +206,10 @@ def test_barge_in_rows_by_event_sequence_the_latest_words_decide():
     # JUDGING --NO_WORDS--> HEARD_NOTHING: its length alone decides, UNHEARD_MS later.
     b = _over_reply()
     assert b.on_words("", loud=True, heard_ms=600) == [] and b.state is BargeState.HEARD_NOTHING
-    assert b.speaking(0, 900 * ms) == [] and b.speaking(0, 1300 * ms) == [Interrupt(0)]
+    assert b.speaking(0, 900 * ms) == [Hold(0)], "silenced at once (it went on, no backchannel heard)"
+    assert b.speaking(0, 1000 * ms) == [] and b.speaking(0, 1300 * ms) == [Interrupt(0)]
     assert b.state is BargeState.INTERRUPTED
     # With no words at all, JUDGING --LONG--> INTERRUPTED at barge_in_min_ms.
     b = _over_reply()
+    assert b.speaking(0, 299 * ms) == [] and b.speaking(0, 300 * ms) == [Hold(0)]
     assert b.speaking(0, 799 * ms) == [] and b.speaking(0, 800 * ms) == [Interrupt(0)]

@@ -439,6 +439,17 @@ class Replies:
         r.playout.pause(self._t(now))
         return [AudioPaused(r.ref, r.epoch, self._played_ms(r, onset), after)]
 
+    def hold(self, onset: int, input_samples: int, now: float) -> list[ServerEvent]:
+        """The speech that began at input sample ``onset`` goes on, not heard as a
+        backchannel: a ducked reply stops its output now (:meth:`resume` carries it on)."""
+        r = self.being_heard(now)
+        if r is None or r.phase not in DUCKED:
+            return []  # paused already (ducking off), or no longer heard
+        after = samples_to_ms(input_samples - onset, self.ctx.settings.input_rate)
+        r.move(ReplyEvent.PAUSE)
+        r.playout.pause(self._t(now))
+        return [AudioPaused(r.ref, r.epoch, self._played_ms(r, onset), after)]
+
     def resume(self, now: float) -> list[ServerEvent]:
         """The speech was not a turn: the reply plays on as before."""
         r = self.playing

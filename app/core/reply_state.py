@@ -77,6 +77,7 @@ MOVES: Table[ReplyPhase, ReplyEvent] = Table(
         (_P.SPEAKING, _E.END): _P.PLAYING_OUT,
         (_P.SPEAKING, _E.END_SILENT): _P.DONE,
         (_P.SPEAKING_DUCKED, _E.RESUME): _P.SPEAKING,
+        (_P.SPEAKING_DUCKED, _E.PAUSE): _P.SPEAKING_PAUSED,
         (_P.SPEAKING_DUCKED, _E.END): _P.PLAYING_OUT_DUCKED,
         (_P.SPEAKING_DUCKED, _E.END_SILENT): _P.DONE,
         (_P.SPEAKING_PAUSED, _E.RESUME): _P.SPEAKING,
@@ -87,6 +88,7 @@ MOVES: Table[ReplyPhase, ReplyEvent] = Table(
         (_P.PLAYING_OUT, _E.PLAYED): _P.HEARD,
         (_P.PLAYING_OUT, _E.CUT): _P.CUT,
         (_P.PLAYING_OUT_DUCKED, _E.RESUME): _P.PLAYING_OUT,
+        (_P.PLAYING_OUT_DUCKED, _E.PAUSE): _P.PLAYING_OUT_PAUSED,
         (_P.PLAYING_OUT_DUCKED, _E.CUT): _P.CUT,
         (_P.PLAYING_OUT_PAUSED, _E.RESUME): _P.PLAYING_OUT,
         (_P.PLAYING_OUT_PAUSED, _E.CUT): _P.CUT,
@@ -95,4 +97,5 @@ MOVES: Table[ReplyPhase, ReplyEvent] = Table(
 )
 """Every move a reply can make. A running reply is never cut while it runs: it ends
 (cancelled) first, then is cut. Ducked and paused go back only by RESUME (or end with
-the cut); a reply still playing out can be ducked again by the next speech."""
+the cut), and a ducked one may pause; a reply still playing out can be ducked again by
+the next speech."""

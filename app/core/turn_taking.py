@@ -34,6 +34,7 @@ from duplex.app.core.listening import (
     AskTurn,
     Continued,
     Duck,
+    Hold,
     Interrupt,
     Partial,
     Resume,
@@ -121,6 +122,8 @@ class TurnTaking:
                 return [SpeechStarted(ctx.ms(sig.audio_start), self.speech_item)]
             case Duck():
                 return list(self.replies.pause(sig.onset, self.intake.samples, now))
+            case Hold():
+                return list(self.replies.hold(sig.onset, self.intake.samples, now))
             case Resume():
                 return list(self.replies.resume(now))
             case Interrupt():

@@ -19,6 +19,13 @@ speech is, is then judged on what it says, as soon as the recogniser knows:
 * sound well below the user's level (babble, music, a TV) never interrupts: after
   :data:`NOISE_MS` it is ignored and the reply plays on.
 
+Speech at the user's level that goes on ``barge_in_hold_ms`` with no backchannel heard in
+it silences the ducked reply (:class:`~duplex.app.core.listening.signals.Hold`: paused, not
+cancelled) while its words are still awaited: a request is silenced ~0.37 s after it
+began instead of when its words come (0.5-0.7 s at real time on a slow CPU), and speech
+that ends as no turn (a backchannel, heard as one too late, or a noise) resumes the reply
+where it stopped, with nothing lost, as LiveKit's agents resume a false interruption.
+
 Shorter speech at the user's level resumes the reply when it ends. With no
 recogniser, level and length decide alone.
 
@@ -34,7 +41,7 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
-from duplex.app.core.listening.signals import Duck, Interrupt, Resume, Signal
+from duplex.app.core.listening.signals import Duck, Hold, Interrupt, Resume, Signal
 from duplex.app.core.settings import TurnDetection
 from duplex.app.core.states import Table
 from duplex.app.core.units import ms_to_samples
@@ -213,6 +220,7 @@ class BargeIn:
         self.state = BargeState.IDLE
         self._began = 0  # the watermark of the speech being judged (where it began)
         self._rose = 0  # input sample where the sound that ducked the reply (ROSE) rose
+        self._held = False  # the speech being judged has silenced the reply (Hold)
 
     def _move(self, event: BargeEvent) -> BargeState:
         was, self.state = self.state, MOVES.move(self.state, event)
@@ -222,6 +230,7 @@ class BargeIn:
         """New settings (from the next decision on)."""
         self.enabled = td.interrupt_response
         self.min_speech = ms_to_samples(td.barge_in_min_ms, rate)
+        self.hold = None if td.barge_in_hold_ms is None else ms_to_samples(td.barge_in_hold_ms, rate)
 
     @property
     def judging(self) -> bool:
@@ -256,6 +265,7 @@ class BargeIn:
         ``onset``); ``replying``: a reply is being heard."""
         rose = self._move(BargeEvent.OVER_REPLY if replying and self.enabled else BargeEvent.ALONE) is BargeState.ROSE
         self._began = onset if began is None else began
+        self._held = False
         if self.judging:
             return [Duck(self._began)]  # (a reply ducked already stays so)
         return [Resume()] if rose else []
@@ -288,6 +298,9 @@ class BargeIn:
         if not loud and spoken >= self.noise:
             self._move(BargeEvent.NOISE)  # someone else, a loudspeaker: let the reply play on
             return [Resume()]
+        if loud and self._holds(spoken):
+            self._held = True  # the user's voice, going on, and no backchannel heard: silence it
+            return [Hold(self._began)]
         return []
 
     @property
@@ -321,6 +334,15 @@ class BargeIn:
         if was is BargeState.HEARD_BACKCHANNEL or not loud or speech_end - onset < self._long(was):
             return Ending([Resume()], turn=False)
         return Ending([Interrupt(self._began)], turn=True)
+
+    def _holds(self, spoken: int) -> bool:
+        """Whether speech at the user's level, ``spoken`` long so far, silences the ducked
+        reply now: once, at ``barge_in_hold_ms``, if no transcript has called it a
+        backchannel (at 300 ms Whisper hears many a request's first words only as a
+        low-confidence guess, dropped: "Turn", "Send")."""
+        if self.hold is None or self._held:
+            return False
+        return self.state is not BargeState.HEARD_BACKCHANNEL and spoken >= self.hold
 
     def _long(self, state: BargeState) -> int:
         """How long speech at the user's level must be to be a turn by its length alone."""

@@ -4,6 +4,8 @@
   ``speech_stopped`` on the wire).
 * :class:`Duck`: speech began while a reply is being heard: stop its output now
   (the talker is held by backpressure, not killed).
+* :class:`Hold`: the speech has gone on past a backchannel's first words at the user's
+  level and none has been heard: the ducked reply falls silent (it can still resume).
 * :class:`Interrupt`: the speech lasted ``barge_in_min_ms`` (or became a turn):
   cancel the reply and truncate it at what was heard when the speech began.
 * :class:`Resume`: the speech ended before that (a cough, a click, an "uh-huh"):
@@ -40,6 +42,11 @@ class Stopped:
 
 @dataclass(frozen=True, slots=True)
 class Duck:
+    onset: int
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
     onset: int
 
 
@@ -101,4 +108,4 @@ class Turn:
     """Where ``audio`` ends (a :class:`SpeechPaused` with the same span has the same audio)."""
 
 
-Signal = Started | Stopped | Duck | Resume | Interrupt | Turn | Partial | SpeechPaused | Continued | AskTurn
+Signal = Started | Stopped | Duck | Hold | Resume | Interrupt | Turn | Partial | SpeechPaused | Continued | AskTurn
