@@ -21,8 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from duplex.pipeline.echo import Cleaner, EchoPresence, Framed, NearEnd
+from duplex.pipeline.echo import Cleaner, EchoPresence, Framed
 from duplex.pipeline.linear_echo import LinearEcho
+from duplex.pipeline.near_end import NearEnd
 
 
 class WebRtcCleaner:
@@ -37,7 +38,7 @@ class WebRtcCleaner:
         self._apm = rtc.AudioProcessingModule(echo_cancellation=echo, noise_suppression=noise, high_pass_filter=noise)
         self._framed = Framed(rate, self._step, always=noise)
         self.presence = EchoPresence()
-        self.near_end = NearEnd()
+        self.near_end = NearEnd(rate)
         self.linear = LinearEcho(self._framed.frame)
 
     @property
