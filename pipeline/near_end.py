@@ -160,11 +160,6 @@ class NearEnd:
         """The room's echo gain (dB), once learned."""
         return self.overall.gain
 
-    @property
-    def floor(self) -> float:
-        """The microphone's own noise (dBFS): under a faint echo, what a frame holds."""
-        return self.overall.floor
-
     def add(self, near: np.ndarray, far: np.ndarray) -> bool:
         """A frame of the microphone and what played over it: whether it is the user's."""
         self._frames += 1
@@ -196,7 +191,9 @@ class Band:
         self._levels: list[float] = []  # the microphone's
         self._last = (SILENT_DBFS, SILENT_DBFS)  # the last frame's (microphone, envelope)
         self.gain: float | None = None
+        """The room's echo gain in this band (dB), once learned."""
         self.floor = SILENT_DBFS
+        """The microphone's own noise in this band (dBFS): under a faint echo, what a frame holds."""
 
     def far_frame(self, far_db: float) -> float:
         """What played over the frame (dBFS); returns the loudest of the last :data:`MAX_LAG` frames."""
