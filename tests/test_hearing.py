@@ -84,6 +84,8 @@ def test_words_that_hang_wait_for_more():
         assert words_hang(text), text
     whole = ("Book a table for four.", "What time is it?", "Thank you.", "Who are you waiting for?", "I like it", "")
     whole += ("Wait, stop talking now.", "Yes.", "Okay.", "No thanks.")
+    # ...and a number ends them as a word does ("to 50%." does not end on "to")
+    whole += ("Dim the kitchen lights to 30%.", "Switch the heating off at 10 to 9.", "Wake me at 7")
     for text in (*whole, "When you get a chance, could you turn up the heating?"):
         assert not words_hang(text), text
 

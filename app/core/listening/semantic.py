@@ -149,7 +149,7 @@ _PREFACES = frozenset({
 })  # fmt: skip
 _ACKS = frozenset({"okay", "ok", "alright", "right", "yes", "yeah", "no", "oh"})
 _SENTENCE_END = re.compile(r"(?<=[.?!])\s+")
-_WORD = re.compile(r"[a-z']+")
+_WORD = re.compile(r"[a-z0-9']+")  # (a number is a word: "Set the lights to 50%." ends on it, not on "to")
 
 
 def words_hang(text: str) -> bool:
