@@ -14,7 +14,12 @@ sound after that sample as the silence after speech, so the end-of-turn model an
 the transcript decide the turn as at any pause.
 
 In a quiet room the floor is the microphone's own noise, and voice activity calls
-the sound at that level silence before this could.
+the sound at that level silence before this could. Digital silence is no floor at all
+(nothing was heard: a microphone starting or muted, a replay's padding): babble that
+began a second after it would otherwise have had no floor to come down to until that
+silence was 4 s old. After digital silence the floor counts only if the sound first
+heard sat at it: a clean line's words have no bed under them, and their floor would be
+their own quietest stretch.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import math
 from collections import deque
 
 from duplex.app.core.units import ms_to_samples
+from duplex.pipeline.echo import SILENT_DBFS
 
 SMOOTH_MS = 250
 """The short-term level: power averaged over this much audio."""
@@ -39,6 +45,14 @@ GAP_DB = 5.0
 """Only where the floor is at least this far under the user's speech: nearer, the
 user's own quieter sounds sit at it. (At 5 dB SNR the speech's mean window level is
 ~8 dB over the bed's floor; 7 dB here left a third of those turns to the stall.)"""
+SOFT_TAIL_MS = 200
+"""The words' end is put this much after the last window loud over the floor (in the first
+short-term span that sat at it): under a bed the level does not hear a soft last sound
+(the "s" of "means", the "-ble" of "table"), which voice activity hears in a quiet room,
+and the end-of-turn waits were fitted on voice activity's ends. Fitted on the tune part's
+mid-sentence pauses (``scripts/bench_eot.py --babble 10 --babble 5``): with voice
+activity's own 64 ms, babble at 5 dB took over 6 of its 26; with this, 4 (at 5 dB the
+level can miss the whole last word); held out 0 of 17 either way."""
 RESUME_DB = 8.0
 """Once ended, the words go on only when the short-term level rises this far over the
 floor (a bed's own swells stay under it)."""
@@ -52,11 +66,15 @@ class Floor:
         self._smooth = ms_to_samples(SMOOTH_MS, rate)
         self._horizon = int(HORIZON_S * rate)
         self._quiet = ms_to_samples(QUIET_MS, rate)
+        self._tail = ms_to_samples(SOFT_TAIL_MS, rate)
         self._settle = self._smooth + self._quiet  # the latest audio is not yet the floor's
         self._recent: deque[tuple[int, float]] = deque()  # (end, power) of the windows over SMOOTH_MS
-        self._history: deque[tuple[int, float, int]] = deque()  # (end, short-term dB, its span's first end)
+        # (end, short-term dB, its span's first end, the window's own dB)
+        self._history: deque[tuple[int, float, int, float]] = deque()
         self._settled = 0  # how many of _history the floor has taken
         self._lows: deque[tuple[int, float]] = deque()  # (end, short-term dB), increasing: the running minimum
+        self._after_zeros: int | None = None  # a short-term span after the last digital silence...
+        self._after_zeros_db: float | None = None  # ...and its level
         self.level_db = -math.inf
         """The short-term level at the latest window."""
         self.at: int | None = None
@@ -69,12 +87,18 @@ class Floor:
 
     def window(self, start: int, end: int, level_db: float) -> None:
         """Every window of input, speech or not (its span and level)."""
+        if level_db < SILENT_DBFS:  # digital silence (a microphone starting or muted, padding): nothing heard
+            self._recent.clear()
+            self._after_zeros, self._after_zeros_db = end + self._smooth, None
+            return
         self._recent.append((end, 10 ** (level_db / 10)))
         while self._recent[0][0] <= end - self._smooth:
             self._recent.popleft()
         power = sum(p for _, p in self._recent) / len(self._recent)
         self.level_db = 10 * math.log10(max(power, 1e-12))
-        self._history.append((end, self.level_db, self._recent[0][0]))
+        self._history.append((end, self.level_db, self._recent[0][0], level_db))
+        if self._after_zeros is not None and self._after_zeros_db is None and end >= self._after_zeros:
+            self._after_zeros_db = self.level_db
         while self._history[0][0] <= end - self._horizon:
             self._history.popleft()
             self._settled -= 1
@@ -97,18 +121,25 @@ class Floor:
             return None
         floor_at, floor = self._lows[0]
         run = None
-        for _, level, first in reversed(self._history):  # (while the user speaks: one step)
+        for end, level, first, _ in reversed(self._history):  # (while the user speaks: one step)
             if level > floor + NEAR_DB:
                 break
-            run = first  # the words ended in the first window of the span that sat at the floor
+            run, last = first, end  # the words ended in the first short-term span that sat at the floor...
+        if run is not None:  # ...after its last window still loud over it (a soft last syllable)
+            run = max((e for e, _, _, raw in self._history if run <= e <= last and raw > floor + NEAR_DB), default=run)
         if run is None or run < since or now - run < self._quiet:
             return None
         # The bed must have been heard before the words ended, not only after them: a
         # voice trailing off is quieter too.
-        if not any(level >= floor + GAP_DB for end, level, _ in self._history if end > floor_at):
+        if not any(level >= floor + GAP_DB for end, level, _, _ in self._history if end > floor_at):
             return None
-        self.at = run
-        return run
+        # After digital silence, the sound first heard must have been at the floor: a clean
+        # line (silence, then words with nothing under them) has no bed, only the words'
+        # own quietest stretch.
+        if self._after_zeros is not None and (self._after_zeros_db is None or self._after_zeros_db > floor + NEAR_DB):
+            return None
+        self.at = run + self._tail
+        return self.at
 
     def background(self) -> bool:
         """Once ended: whether the latest window is still the bed alone."""
